@@ -1,0 +1,101 @@
+"""sppo-bench analysis: MLflow runs -> tidy pandas -> figures, fits, tables, report.
+
+Reads only MLflow and the metric schema (:mod:`benchmarks.metrics`); never imports torch, so a
+notebook or CI job can analyse a store without the training stack. Typical use::
+
+    from analysis import load_runs, eval_points, plot_panels, write_report
+
+    df = load_runs("default-suite", tracking_uri="sqlite:///mlflow.db")
+    points = eval_points(df)                  # one row per run x dataset x eval step
+    plot_panels(points, x="compute/rollout_tokens", fit=True)
+    write_report(df, "reports/default-suite")
+
+Uncertainty follows rliable (dict[algorithm] -> array(runs, tasks)): stratified bootstrap
+intervals, IQM, probability of improvement (DESIGN section 6, STYLE rliable anchor).
+"""
+
+from ._common import (
+    ALGORITHM_ORDER,
+    DATASET_LABELS,
+    TABLE1_DATASETS,
+    algorithm_colors,
+    order_algorithms,
+    order_datasets,
+)
+from .curves import (
+    Curve,
+    aligned_curves,
+    compute_to_target,
+    describe_compute_to_target,
+    final_scores,
+    score_dict,
+)
+from .fit import SaturatingFit, fit_curves, fit_saturating, saturating_curve
+from .load import TIDY_COLUMNS, eval_points, load_runs
+from .plots import plot_accuracy_vs_compute, plot_memory, plot_panels
+from .report import log_report_to_mlflow, write_report
+from .stats import (
+    bootstrap_ci,
+    improvement_estimates,
+    interval_estimates,
+    iqm,
+    probability_of_improvement,
+    probability_of_improvement_ci,
+    stratified_bootstrap,
+)
+from .tables import (
+    accuracy_table,
+    format_accuracy_table,
+    format_number,
+    improvement_table,
+    iqm_table,
+    memory_table,
+    summary_table,
+    throughput_table,
+    to_latex,
+    to_markdown,
+)
+
+__all__ = [
+    "ALGORITHM_ORDER",
+    "DATASET_LABELS",
+    "TABLE1_DATASETS",
+    "TIDY_COLUMNS",
+    "Curve",
+    "SaturatingFit",
+    "accuracy_table",
+    "algorithm_colors",
+    "aligned_curves",
+    "bootstrap_ci",
+    "compute_to_target",
+    "describe_compute_to_target",
+    "eval_points",
+    "final_scores",
+    "fit_curves",
+    "fit_saturating",
+    "format_accuracy_table",
+    "format_number",
+    "improvement_estimates",
+    "improvement_table",
+    "interval_estimates",
+    "iqm",
+    "iqm_table",
+    "load_runs",
+    "log_report_to_mlflow",
+    "memory_table",
+    "order_algorithms",
+    "order_datasets",
+    "plot_accuracy_vs_compute",
+    "plot_memory",
+    "plot_panels",
+    "probability_of_improvement",
+    "probability_of_improvement_ci",
+    "saturating_curve",
+    "score_dict",
+    "stratified_bootstrap",
+    "summary_table",
+    "throughput_table",
+    "to_latex",
+    "to_markdown",
+    "write_report",
+]

@@ -1,0 +1,285 @@
+"""Accuracy-versus-compute curves over seeds, score arrays, and compute-to-target.
+
+The harness evaluates every run at the same fractions of its budget, so the eval points of the
+seeds of one algorithm line up by ``budget_fraction`` (or, for runs logged without it, by eval
+index). `aligned_curves` stacks them into array(runs, points) per algorithm, with the x-position of
+each point the mean over seeds of the chosen compute counter (budgets in tokens make FLOPs or
+wall-clock differ slightly per seed). `score_dict` gives the rliable shape
+array(runs, datasets) of final scores. `compute_to_target` answers "SPPO reaches GRPO's final
+accuracy with x times fewer rollout tokens" by linear interpolation on the mean curves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from benchmarks.metrics import (
+    COMPUTE_FLOPS,
+    COMPUTE_PROMPTS,
+    COMPUTE_ROLLOUT_SAMPLES,
+    COMPUTE_ROLLOUT_TOKENS,
+    COMPUTE_WALL_S,
+)
+
+from ._common import (
+    ACCURACY,
+    BUDGET_FRACTION,
+    REFERENCE,
+    SE_SUFFIX,
+    axis_label,
+    order_algorithms,
+    order_datasets,
+)
+
+__all__ = [
+    "Curve",
+    "aligned_curves",
+    "compute_to_target",
+    "describe_compute_to_target",
+    "final_scores",
+    "score_dict",
+]
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One algorithm's eval points over seeds.
+
+    Attributes:
+        x: array(points): mean over seeds of the compute column at each eval point.
+        y: array(runs, points): the metric; NaN where a run has no such point.
+        se: array(runs, points) of the logged standard error, or None when not logged.
+        run_ids: the runs, in row order of ``y``.
+    """
+
+    x: np.ndarray
+    y: np.ndarray
+    se: np.ndarray | None
+    run_ids: tuple[str, ...]
+
+    @property
+    def mean(self) -> np.ndarray:
+        """Mean over seeds at each point (NaN-aware)."""
+        with np.errstate(invalid="ignore"):
+            return np.nanmean(self.y, axis=0)
+
+
+def _single_dataset(points: pd.DataFrame, dataset: str | None) -> pd.DataFrame:
+    present = order_datasets(points["dataset"].dropna().unique())
+    if dataset is None:
+        if len(present) != 1:
+            raise ValueError(f"several datasets present, pass dataset= one of {present}")
+        dataset = present[0]
+    if dataset not in present:
+        raise ValueError(f"no eval points for dataset {dataset!r}; present: {present}")
+    return points[points["dataset"] == dataset]
+
+
+def _align_key(points: pd.DataFrame) -> str:
+    """Align seeds on budget fraction when every point has one, else on the eval index."""
+    if BUDGET_FRACTION in points.columns and points[BUDGET_FRACTION].notna().all():
+        return BUDGET_FRACTION
+    return "eval_index"
+
+
+def aligned_curves(
+    points: pd.DataFrame,
+    x: str = COMPUTE_ROLLOUT_TOKENS,
+    dataset: str | None = None,
+    metric: str = ACCURACY,
+) -> dict[str, Curve]:
+    """Per algorithm, the eval points of all seeds stacked as array(runs, points).
+
+    Args:
+        points: output of :func:`analysis.eval_points`.
+        x: the compute column for the x-axis (any ``compute/*`` column, or ``step``).
+        dataset: the dataset; may be omitted when only one is present.
+        metric: the eval metric leaf (``accuracy``, ``avg@16``, ...).
+    """
+    pts = _single_dataset(points, dataset)
+    for col in (x, metric):
+        if col not in pts.columns:
+            raise ValueError(f"column {col!r} not in eval points; columns: {list(pts.columns)}")
+    key = _align_key(pts)
+    pts = pts.assign(_key=pts[key].round(6) if key == BUDGET_FRACTION else pts[key])
+    se_col = metric + SE_SUFFIX
+    curves: dict[str, Curve] = {}
+    for algo in order_algorithms(pts["algorithm"].dropna().unique()):
+        sub = pts[pts["algorithm"] == algo]
+        y = sub.pivot_table(index="run_id", columns="_key", values=metric, aggfunc="last")
+        xs = sub.pivot_table(index="run_id", columns="_key", values=x, aggfunc="last")
+        xs = xs.reindex(index=y.index, columns=y.columns)
+        se = None
+        if se_col in sub.columns and sub[se_col].notna().any():
+            se = sub.pivot_table(index="run_id", columns="_key", values=se_col, aggfunc="last")
+            se = se.reindex(index=y.index, columns=y.columns).to_numpy(float)
+        with np.errstate(invalid="ignore"):
+            x_mean = np.nanmean(xs.to_numpy(float), axis=0)
+        curves[algo] = Curve(
+            x=x_mean, y=y.to_numpy(float), se=se, run_ids=tuple(str(r) for r in y.index)
+        )
+    return curves
+
+
+def final_scores(
+    points: pd.DataFrame, metric: str = ACCURACY, datasets: Sequence[str] | None = None
+) -> pd.DataFrame:
+    """The last eval point of every run and dataset.
+
+    Columns: run_id, algorithm, seed, dataset, value, se (NaN when no ``<metric>_se`` logged).
+    """
+    pts = points if datasets is None else points[points["dataset"].isin(list(datasets))]
+    if metric not in pts.columns:
+        raise ValueError(f"metric {metric!r} not in eval points; columns: {list(pts.columns)}")
+    last = pts.sort_values("step", kind="stable").groupby(["run_id", "dataset"]).tail(1)
+    se_col = metric + SE_SUFFIX
+    out = pd.DataFrame(
+        {
+            "run_id": last["run_id"],
+            "algorithm": last["algorithm"],
+            "seed": last["seed"] if "seed" in last.columns else np.nan,
+            "dataset": last["dataset"],
+            "value": last[metric].astype(float),
+            "se": last[se_col].astype(float) if se_col in last.columns else np.nan,
+        }
+    )
+    return out.sort_values(["algorithm", "dataset", "run_id"]).reset_index(drop=True)
+
+
+def score_dict(
+    points: pd.DataFrame,
+    metric: str = ACCURACY,
+    datasets: Sequence[str] | None = None,
+    *,
+    complete: bool = True,
+) -> dict[str, np.ndarray]:
+    """Final scores in rliable's shape: ``{algorithm: array(runs, datasets)}``.
+
+    Datasets are ordered as in the paper's Table 1. With ``complete`` runs missing a dataset are
+    dropped (IQM and probability of improvement need full arrays); otherwise they hold NaN.
+    """
+    finals = final_scores(points, metric, datasets)
+    order = order_datasets(finals["dataset"].unique()) if datasets is None else list(datasets)
+    out: dict[str, np.ndarray] = {}
+    for algo in order_algorithms(finals["algorithm"].dropna().unique()):
+        sub = finals[finals["algorithm"] == algo]
+        wide = sub.pivot_table(index="run_id", columns="dataset", values="value", aggfunc="last")
+        wide = wide.reindex(columns=order)
+        if complete:
+            wide = wide.dropna()
+        if len(wide):
+            out[algo] = wide.to_numpy(float)
+    return out
+
+
+def _first_crossing(x: np.ndarray, y: np.ndarray, target: float) -> float:
+    """Smallest x where the piecewise-linear curve (x, y) reaches target; NaN if it never does."""
+    keep = ~(np.isnan(x) | np.isnan(y))
+    x, y = x[keep], y[keep]
+    order = np.argsort(x, kind="stable")
+    x, y = x[order], y[order]
+    hits = np.flatnonzero(y >= target)
+    if hits.size == 0:
+        return float("nan")
+    i = int(hits[0])
+    if i == 0:
+        return float(x[0])
+    x0, x1, y0, y1 = x[i - 1], x[i], y[i - 1], y[i]
+    return float(x0 + (target - y0) * (x1 - x0) / (y1 - y0))
+
+
+def compute_to_target(
+    points: pd.DataFrame,
+    x: str = COMPUTE_ROLLOUT_TOKENS,
+    dataset: str | None = None,
+    metric: str = ACCURACY,
+    *,
+    target: float | None = None,
+    reference: str = REFERENCE,
+) -> pd.DataFrame:
+    """Compute each algorithm needs for its mean-over-seeds accuracy to first reach a target.
+
+    The target defaults to the best final mean accuracy among the algorithms other than the
+    reference (the baselines): "how much compute does SPPO need to match the best baseline".
+    Between eval points the mean curve is interpolated linearly.
+
+    Returns:
+        One row per algorithm: dataset, algorithm, target, target_source (the baseline that set
+        the default target, else ``"given"``), compute (NaN if never reached), reached, and
+        ``ratio_to_reference`` = compute / reference's compute: the reference reaches the target
+        with that many times less compute (NaN without a reference crossing).
+    """
+    curves = aligned_curves(points, x=x, dataset=dataset, metric=metric)
+    ds = _single_dataset(points, dataset)["dataset"].iloc[0]
+    source = "given"
+    if target is None:
+        finals = {a: c.mean[~np.isnan(c.mean)][-1] for a, c in curves.items() if a != reference}
+        finals = {a: v for a, v in finals.items() if np.isfinite(v)}
+        if not finals:
+            raise ValueError("no baseline besides the reference to take a default target from")
+        source = max(finals, key=finals.__getitem__)
+        target = float(finals[source])
+    crossings = {a: _first_crossing(c.x, c.mean, target) for a, c in curves.items()}
+    ref = crossings.get(reference, float("nan"))
+    rows = [
+        {
+            "dataset": ds,
+            "algorithm": algo,
+            "x": x,
+            "target": target,
+            "target_source": source,
+            "compute": c,
+            "reached": bool(np.isfinite(c)),
+            "ratio_to_reference": c / ref if np.isfinite(ref) and ref > 0 else float("nan"),
+        }
+        for algo, c in crossings.items()
+    ]
+    return pd.DataFrame(rows)
+
+
+#: How a sentence names an amount of each compute counter, and whether it is counted.
+_AMOUNTS: dict[str, tuple[str, str]] = {
+    COMPUTE_ROLLOUT_TOKENS: ("rollout tokens", "fewer"),
+    COMPUTE_ROLLOUT_SAMPLES: ("rollout samples", "fewer"),
+    COMPUTE_PROMPTS: ("prompts", "fewer"),
+    COMPUTE_FLOPS: ("FLOPs", "fewer"),
+    COMPUTE_WALL_S: ("wall-clock time", "less"),
+}
+
+
+def describe_compute_to_target(table: pd.DataFrame, reference: str = REFERENCE) -> list[str]:
+    """One sentence per baseline, e.g. "sppo reaches 0.450 accuracy on math500 (grpo's final)
+    with 2.7x fewer rollout tokens than grpo"."""
+    if reference not in set(table["algorithm"]):
+        return [f"No {reference} runs: no compute-to-target ratios."]
+    lines = []
+    for _, row in table.iterrows():
+        if row["algorithm"] == reference:
+            continue
+        what, fewer = _AMOUNTS.get(row["x"], (axis_label(row["x"]), "fewer"))
+        goal = f"{row['target']:.3g} accuracy on {row['dataset']}"
+        if row["target_source"] != "given":
+            goal += f" ({row['target_source']}'s final)"
+        ratio = row["ratio_to_reference"]
+        if not np.isfinite(ratio):
+            same = (table["dataset"] == row["dataset"]) & (table["x"] == row["x"])
+            ref_row = table[same & (table["algorithm"] == reference)]
+            if ref_row.empty or not bool(ref_row["reached"].iloc[0]):
+                lines.append(f"{reference} does not reach {goal}.")
+            else:
+                lines.append(f"{row['algorithm']} does not reach {goal}; {reference} does.")
+        elif ratio >= 1:
+            lines.append(
+                f"{reference} reaches {goal} with {ratio:.2f}x {fewer} {what} than "
+                f"{row['algorithm']}."
+            )
+        else:
+            lines.append(
+                f"{reference} needs {1 / ratio:.2f}x more {what} than {row['algorithm']} "
+                f"to reach {goal}."
+            )
+    return list(dict.fromkeys(lines))  # "sppo does not reach" once, not once per baseline

@@ -1,0 +1,451 @@
+"""MLflow runs -> tidy pandas frames.
+
+`load_runs` is the single entry point from a tracking store into the analysis: one row per
+run x step x metric, every run's identity (algorithm, seed, task, ...) copied from its tags, so
+every later step is a pandas group-by. Runs are selected with ``MlflowClient.search_runs`` (so
+MLflow's filter syntax works unchanged); metric histories are read straight from the ``metrics``
+table when the store is SQLite, because one ``get_metric_history`` call per run x metric costs
+minutes at 1,000 runs. Any other store falls back to the client API (threaded).
+
+`eval_points` turns the tidy frame into the wide table the plots, fits and tables use: one row per
+run x dataset x eval step, with the eval metrics and every compute counter at that step.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import sqlite3
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import numpy as np
+import pandas as pd
+
+from benchmarks.metrics import (
+    EVAL_BUDGET_FRACTION,
+    TAG_ALGORITHM,
+    TAG_BUDGET_KIND,
+    TAG_BUDGET_LIMIT,
+    TAG_ENGINE,
+    TAG_MODEL,
+    TAG_ROLE,
+    TAG_SEED,
+    TAG_TASK,
+    parse_eval_metric,
+)
+
+from ._common import BUDGET_FRACTION, MLFLOW_PARENT_TAG, RUN_COLUMNS
+
+__all__ = ["TIDY_COLUMNS", "eval_points", "load_runs"]
+
+logger = logging.getLogger(__name__)
+
+#: Columns of the tidy frame, in order.
+TIDY_COLUMNS: tuple[str, ...] = (*RUN_COLUMNS, "step", "metric", "value", "timestamp")
+#: Roles of container runs (a suite's or sweep's parent) that carry no training curve.
+CONTAINER_ROLES: tuple[str, ...] = ("suite", "sweep")
+#: Prefixes of metrics treated as compute counters and joined onto eval points.
+_COUNTER_PREFIXES = ("compute/", "memory/")
+_SQL_CHUNK = 500  # run ids per IN (...) clause: well under SQLite's variable limit
+_PAGE = 10_000
+
+
+def load_runs(
+    experiment: str | Sequence[str] | None = None,
+    *,
+    parent_run_id: str | None = None,
+    filter_string: str | None = None,
+    tracking_uri: str | None = None,
+    metrics: Sequence[str] | None = None,
+    exclude_roles: Sequence[str] = CONTAINER_ROLES,
+    use_sql: bool = True,
+) -> pd.DataFrame:
+    """Load runs and their metric histories as a tidy frame (one row per run x step x metric).
+
+    Args:
+        experiment: experiment name or id (or several); default: every active experiment, or the
+            parent run's experiment when ``parent_run_id`` is given.
+        parent_run_id: keep only the nested runs of this parent (a suite invocation).
+        filter_string: an MLflow search filter, e.g. ``"tags.algorithm = 'sppo'"``.
+        tracking_uri: default: MLflow's current tracking URI (``MLFLOW_TRACKING_URI`` wins).
+        metrics: metric names to load; shell patterns (``"eval/*"``) allowed. Default: all.
+        exclude_roles: runs whose ``sppo_bench.role`` tag is one of these are dropped: suite and
+            sweep parents hold no curves, only children.
+        use_sql: when the store is SQLite, read runs (without a filter_string) and histories
+            with SQL directly (fast path); ``False`` forces the client API (the tests check both
+            agree).
+
+    Returns:
+        Columns :data:`TIDY_COLUMNS`; ``seed`` is an integer when every seed tag is one, ``value``
+        is NaN where MLflow stored a NaN, duplicate (run, metric, step) points keep the latest.
+    """
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    uri = tracking_uri or _current_tracking_uri()
+    experiment_ids = _experiment_ids(client, experiment, parent_run_id)
+    meta = history = None
+    db_path = _sqlite_path(uri) if use_sql else None
+    if db_path is not None:
+        try:
+            if filter_string:  # MLflow's filter grammar: let MLflow select the runs
+                records = [
+                    _record(r)
+                    for r in _search_runs(client, experiment_ids, parent_run_id, filter_string)
+                ]
+            else:  # plain selection: skip loading every run's params through the ORM
+                records = _sqlite_runs(db_path, experiment_ids, parent_run_id)
+            meta = _run_frame(records, exclude_roles)
+            history = _sqlite_history(db_path, meta["run_id"].tolist(), metrics)
+        except sqlite3.Error as err:  # schema drift or locked file: the client API still works
+            logger.warning("reading %s directly failed (%s); using the client API", uri, err)
+            meta = history = None
+    if history is None:
+        runs = _search_runs(client, experiment_ids, parent_run_id, filter_string)
+        runs = [r for r in runs if r.data.tags.get(TAG_ROLE) not in set(exclude_roles)]
+        meta = _run_frame([_record(r) for r in runs], exclude_roles)
+        history = _client_history(client, runs, metrics)
+    if meta is None or meta.empty:
+        return pd.DataFrame(columns=list(TIDY_COLUMNS))
+
+    history = history.sort_values(["timestamp"], kind="stable")
+    history = history.drop_duplicates(["run_id", "metric", "step"], keep="last")
+    tidy = history.merge(meta, on="run_id", how="left", validate="many_to_one")
+    tidy = tidy.sort_values(["run_id", "metric", "step"], kind="stable").reset_index(drop=True)
+    logger.debug("loaded %d runs, %d rows from %s", len(meta), len(tidy), uri)
+    return tidy[list(TIDY_COLUMNS)]
+
+
+def eval_points(df: pd.DataFrame, dataset: str | Sequence[str] | None = None) -> pd.DataFrame:
+    """Wide table of evaluation points: one row per run x dataset x eval step.
+
+    Columns: the run identity columns, ``dataset``, ``step``, ``eval_index`` (0, 1, ... within a
+    run and dataset), ``budget_fraction``, one column per eval metric leaf (``accuracy``,
+    ``accuracy_se``, ``avg@16``, ...) and one per compute/memory counter (``compute/flops``, ...).
+    Counters are taken at the eval step, or at the last step before it when a counter was not
+    logged at exactly that step, so accuracy can be plotted against any compute axis.
+    """
+    run_cols = [c for c in RUN_COLUMNS if c in df.columns]
+    if df.empty:
+        return pd.DataFrame(columns=[*run_cols, "dataset", "step", "eval_index"])
+    names = pd.Series(df["metric"].unique())
+    parsed = {m: parse_eval_metric(m) for m in names}
+    parsed = {m: p for m, p in parsed.items() if p is not None}
+    if isinstance(dataset, str):
+        dataset = [dataset]
+    if dataset is not None:
+        parsed = {m: p for m, p in parsed.items() if p[0] in set(dataset)}
+    if not parsed:
+        return pd.DataFrame(columns=[*run_cols, "dataset", "step", "eval_index"])
+
+    ev = df.loc[df["metric"].isin(list(parsed)), ["run_id", "step", "metric", "value"]]
+    ev = ev.assign(
+        dataset=ev["metric"].map({m: p[0] for m, p in parsed.items()}),
+        leaf=ev["metric"].map({m: p[1] for m, p in parsed.items()}),
+    )
+    wide = ev.pivot_table(
+        index=["run_id", "dataset", "step"], columns="leaf", values="value", aggfunc="last"
+    )
+    wide.columns.name = None
+    wide = wide.reset_index()
+
+    frac = df.loc[df["metric"] == EVAL_BUDGET_FRACTION, ["run_id", "step", "value"]]
+    frac = frac.rename(columns={"value": BUDGET_FRACTION})
+    wide = wide.merge(frac, on=["run_id", "step"], how="left")
+
+    counter_mask = df["metric"].str.startswith(_COUNTER_PREFIXES)
+    if counter_mask.any():
+        counters = df.loc[counter_mask].pivot_table(
+            index=["run_id", "step"], columns="metric", values="value", aggfunc="last"
+        )
+        counters.columns.name = None
+        counters = counters.reset_index()
+        # Backward as-of join: exact step when logged there, else the last counter value before.
+        wide = pd.merge_asof(
+            wide.sort_values("step", kind="stable"),
+            counters.sort_values("step", kind="stable"),
+            on="step",
+            by="run_id",
+            direction="backward",
+        )
+
+    meta = df[run_cols].drop_duplicates("run_id")
+    wide = wide.merge(meta, on="run_id", how="left")
+    wide = wide.sort_values(["run_id", "dataset", "step"], kind="stable").reset_index(drop=True)
+    wide["eval_index"] = wide.groupby(["run_id", "dataset"]).cumcount()
+    first = [*run_cols, "dataset", "step", "eval_index", BUDGET_FRACTION]
+    leaves = sorted(c for c in wide.columns if c not in first and "/" not in c)
+    counters_cols = sorted(c for c in wide.columns if "/" in c)
+    return wide[first + leaves + counters_cols]
+
+
+# --- run selection -------------------------------------------------------------------------
+
+
+def _current_tracking_uri() -> str:
+    import mlflow
+
+    return mlflow.get_tracking_uri()
+
+
+def _experiment_ids(
+    client: Any, experiment: str | Sequence[str] | None, parent_run_id: str | None
+) -> list[str]:
+    if experiment is None and parent_run_id is not None:
+        return [client.get_run(parent_run_id).info.experiment_id]
+    if experiment is None:
+        return [e.experiment_id for e in _all_experiments(client)]
+    names = [experiment] if isinstance(experiment, str) else list(experiment)
+    return [_experiment_id(client, name) for name in names]
+
+
+def _search_runs(
+    client: Any,
+    experiment_ids: Sequence[str],
+    parent_run_id: str | None,
+    filter_string: str | None,
+) -> list[Any]:
+    """All matching active runs via the client, following pagination."""
+    # MLflow's filter grammar has AND but no parentheses: the clauses are simply conjoined.
+    clauses = [filter_string] if filter_string else []
+    if parent_run_id is not None:
+        clauses.append(f"tags.`{MLFLOW_PARENT_TAG}` = '{parent_run_id}'")
+    query = " and ".join(clauses)
+    runs: list[Any] = []
+    if not experiment_ids:
+        return runs
+    token = None
+    while True:
+        page = client.search_runs(
+            list(experiment_ids), filter_string=query, max_results=_PAGE, page_token=token
+        )
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def _all_experiments(client: Any) -> list[Any]:
+    out: list[Any] = []
+    token = None
+    while True:
+        page = client.search_experiments(max_results=1000, page_token=token)
+        out.extend(page)
+        token = page.token
+        if not token:
+            return out
+
+
+def _experiment_id(client: Any, name_or_id: str) -> str:
+    experiment = client.get_experiment_by_name(name_or_id)
+    if experiment is not None:
+        return experiment.experiment_id
+    try:
+        return client.get_experiment(name_or_id).experiment_id
+    except Exception as err:  # MlflowException: neither a name nor an id
+        raise ValueError(f"no MLflow experiment named or numbered {name_or_id!r}") from err
+
+
+#: A run reduced to what the analysis needs: (run_id, run_name, experiment_id, status, tags).
+_Record = tuple[str, str | None, str, str, dict[str, str]]
+_TAG_KEYS = (
+    MLFLOW_PARENT_TAG,
+    TAG_ALGORITHM,
+    TAG_SEED,
+    TAG_TASK,
+    TAG_MODEL,
+    TAG_ENGINE,
+    TAG_BUDGET_KIND,
+    TAG_BUDGET_LIMIT,
+    TAG_ROLE,
+)
+
+
+def _record(run: Any) -> _Record:
+    info = run.info
+    return (info.run_id, info.run_name, str(info.experiment_id), info.status, run.data.tags)
+
+
+def _sqlite_runs(
+    path: Path, experiment_ids: Sequence[str], parent_run_id: str | None
+) -> list[_Record]:
+    """Active runs of the experiments (children of parent_run_id if given), straight from SQL.
+
+    Reads only the tags the analysis uses; ``search_runs`` would also load every param (a
+    flattened config: hundreds per run) through the ORM, which dominates load time.
+    """
+    if not experiment_ids:
+        return []
+    con = _connect(path)
+    try:
+        ids = [int(e) for e in experiment_ids]
+        rows = con.execute(
+            "SELECT run_uuid, name, experiment_id, status FROM runs "
+            f"WHERE lifecycle_stage = 'active' AND experiment_id IN ({','.join('?' * len(ids))})",
+            ids,
+        ).fetchall()
+        tags: dict[str, dict[str, str]] = {r[0]: {} for r in rows}
+        run_ids = list(tags)
+        for start in range(0, len(run_ids), _SQL_CHUNK):
+            chunk = run_ids[start : start + _SQL_CHUNK]
+            for run_id, key, value in con.execute(
+                "SELECT run_uuid, key, value FROM tags "
+                f"WHERE run_uuid IN ({','.join('?' * len(chunk))}) "
+                f"AND key IN ({','.join('?' * len(_TAG_KEYS))})",
+                [*chunk, *_TAG_KEYS],
+            ):
+                tags[run_id][key] = value
+    finally:
+        con.close()
+    records = [(r[0], r[1], str(r[2]), r[3], tags[r[0]]) for r in rows]
+    if parent_run_id is not None:
+        records = [r for r in records if r[4].get(MLFLOW_PARENT_TAG) == parent_run_id]
+    return records
+
+
+def _run_frame(records: Sequence[_Record], exclude_roles: Sequence[str] = ()) -> pd.DataFrame:
+    """One row per run: identity columns from the run info and tags; container roles dropped."""
+    rows = []
+    for run_id, run_name, experiment_id, status, tags in records:
+        if tags.get(TAG_ROLE) in exclude_roles:
+            continue
+        rows.append(
+            {
+                "run_id": run_id,
+                "run_name": run_name,
+                "parent_run_id": tags.get(MLFLOW_PARENT_TAG),
+                "experiment_id": experiment_id,
+                "algorithm": tags.get(TAG_ALGORITHM),
+                "seed": tags.get(TAG_SEED),
+                "task": tags.get(TAG_TASK),
+                "model": tags.get(TAG_MODEL),
+                "engine": tags.get(TAG_ENGINE),
+                "budget_kind": tags.get(TAG_BUDGET_KIND),
+                "budget_limit": tags.get(TAG_BUDGET_LIMIT),
+                "role": tags.get(TAG_ROLE),
+                "status": status,
+            }
+        )
+    meta = pd.DataFrame(rows, columns=list(RUN_COLUMNS))
+    if meta.empty:
+        return meta
+    seeds = pd.to_numeric(meta["seed"], errors="coerce")
+    if seeds.notna().all() and (seeds == seeds.round()).all():
+        meta["seed"] = seeds.astype("int64")
+    meta["budget_limit"] = pd.to_numeric(meta["budget_limit"], errors="coerce")
+    return meta
+
+
+# --- metric histories ----------------------------------------------------------------------
+
+
+def _sqlite_path(uri: str) -> Path | None:
+    """File path of a ``sqlite:///...`` tracking URI; None for other stores or in-memory DBs."""
+    if not uri.startswith("sqlite://"):
+        return None
+    rest = uri[len("sqlite://") :].split("?", 1)[0]
+    if not rest.startswith("/") or rest in ("/", "/:memory:"):
+        return None
+    path = Path(rest[1:])
+    return path if path.is_file() else None
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    """Read-only connection: the analysis never writes to a store a training run may be using."""
+    return sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True)
+
+
+def _wants(metrics: Sequence[str] | None) -> tuple[list[str] | None, list[str]]:
+    """Split a metrics selection into exact names (SQL-filterable) and shell patterns."""
+    if metrics is None:
+        return None, []
+    patterns = [m for m in metrics if any(ch in m for ch in "*?[")]
+    exact = [m for m in metrics if m not in patterns]
+    return (None if patterns else exact), patterns
+
+
+def _match(names: pd.Series, metrics: Sequence[str] | None) -> pd.Series:
+    if metrics is None:
+        return pd.Series(True, index=names.index)
+    keep = {n for n in names.unique() if any(fnmatch.fnmatchcase(n, m) for m in metrics)}
+    return names.isin(keep)
+
+
+def _sqlite_history(
+    path: Path, run_ids: Sequence[str], metrics: Sequence[str] | None
+) -> pd.DataFrame:
+    """Metric rows of the given runs, read in chunks from MLflow's ``metrics`` table."""
+    exact, patterns = _wants(metrics)
+    con = _connect(path)
+    frames = []
+    try:
+        for start in range(0, len(run_ids), _SQL_CHUNK):
+            chunk = list(run_ids[start : start + _SQL_CHUNK])
+            sql = (
+                "SELECT run_uuid, key, step, value, is_nan, timestamp FROM metrics "
+                f"WHERE run_uuid IN ({','.join('?' * len(chunk))})"
+            )
+            args: list[Any] = chunk
+            if exact is not None:
+                if not exact:
+                    break
+                sql += f" AND key IN ({','.join('?' * len(exact))})"
+                args = chunk + list(exact)
+            rows = con.execute(sql, args).fetchall()
+            frames.append(
+                pd.DataFrame(
+                    rows, columns=["run_id", "metric", "step", "value", "is_nan", "timestamp"]
+                )
+            )
+    finally:
+        con.close()
+    if not frames:
+        return _empty_history()
+    out = pd.concat(frames, ignore_index=True)
+    out["value"] = out["value"].astype("float64").where(out["is_nan"] == 0, np.nan)
+    out = out.drop(columns="is_nan")
+    out["step"] = out["step"].astype("int64")
+    out["timestamp"] = out["timestamp"].astype("int64")
+    if patterns:
+        out = out[_match(out["metric"], metrics)]
+    return out
+
+
+def _client_history(
+    client: Any, runs: Sequence[Any], metrics: Sequence[str] | None
+) -> pd.DataFrame:
+    """Metric rows via ``get_metric_history``: any store, one call per run x metric (threaded)."""
+    jobs = []
+    for run in runs:
+        keys = pd.Series(sorted(run.data.metrics), dtype="object")
+        keys = keys[_match(keys, metrics)] if len(keys) else keys
+        jobs.extend((run.info.run_id, key) for key in keys)
+
+    def fetch(job: tuple[str, str]) -> list[tuple[str, str, int, float, int]]:
+        run_id, key = job
+        return [
+            (run_id, key, int(m.step), float(m.value), int(m.timestamp))
+            for m in client.get_metric_history(run_id, key)
+        ]
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        rows = [row for chunk in pool.map(fetch, jobs) for row in chunk]
+    if not rows:
+        return _empty_history()
+    return pd.DataFrame(rows, columns=["run_id", "metric", "step", "value", "timestamp"])
+
+
+def _empty_history() -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "run_id": pd.Series(dtype="object"),
+            "metric": pd.Series(dtype="object"),
+            "step": pd.Series(dtype="int64"),
+            "value": pd.Series(dtype="float64"),
+            "timestamp": pd.Series(dtype="int64"),
+        }
+    )

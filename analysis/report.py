@@ -1,0 +1,267 @@
+"""One call from a tidy frame to a directory a reader can open: figures, tables, report.md.
+
+`write_report` is what ``sppo-bench report`` and the end of ``sppo-bench run`` call. Figures are
+drawn on off-screen ``Figure`` objects (Agg), never through pyplot, so a report can be written from
+a worker thread or a headless CI job and nothing leaks between calls. Every table is written three
+ways: CSV (the numbers, for re-use), Markdown (embedded in report.md) and LaTeX (for a paper).
+`log_report_to_mlflow` attaches the directory to a run, normally the suite's parent run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from benchmarks.metrics import COMPUTE_AXES, COMPUTE_FLOPS, COMPUTE_ROLLOUT_TOKENS, COMPUTE_WALL_S
+
+from ._common import ACCURACY, REFERENCE, axis_label, order_algorithms, order_datasets
+from .curves import compute_to_target, describe_compute_to_target
+from .fit import fit_curves
+from .load import eval_points
+from .plots import plot_memory, plot_panels
+from .tables import (
+    accuracy_table,
+    format_accuracy_table,
+    improvement_table,
+    iqm_table,
+    memory_table,
+    summary_table,
+    throughput_table,
+    to_latex,
+    to_markdown,
+)
+
+__all__ = ["log_report_to_mlflow", "write_report"]
+
+logger = logging.getLogger(__name__)
+
+
+def _short(column: str) -> str:
+    return column.split("/")[-1]
+
+
+class _Writer:
+    """Collects report sections and writes each table/figure to disk as it goes."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.lines: list[str] = []
+        self.files: list[Path] = []
+
+    def figure(
+        self, name: str, caption: str, draw: Callable[[Figure], object], size: tuple
+    ) -> None:
+        fig = Figure(figsize=size, layout="constrained")
+        draw(fig)
+        for ext in ("png", "pdf"):
+            path = self.out / f"{name}.{ext}"
+            fig.savefig(path, dpi=150 if ext == "png" else None)
+            self.files.append(path)
+        self.lines += [f"![{caption}]({name}.png)", "", f"*{caption}* ([PDF]({name}.pdf))", ""]
+
+    def table(
+        self,
+        name: str,
+        caption: str,
+        numbers: pd.DataFrame,
+        text: pd.DataFrame | None = None,
+        *,
+        index: bool = False,
+    ) -> None:
+        shown = numbers if text is None else text
+        md = to_markdown(shown, index=index)
+        tex = to_latex(shown, index=index, caption=caption, label=f"tab:{name}")
+        numbers.to_csv(self.out / f"{name}.csv", index=False)
+        (self.out / f"{name}.md").write_text(md)
+        (self.out / f"{name}.tex").write_text(tex)
+        self.files += [self.out / f"{name}.{ext}" for ext in ("csv", "md", "tex")]
+        self.lines += [
+            f"*{caption}*",
+            "",
+            md,
+            f"Files: [{name}.csv]({name}.csv) · [{name}.md]({name}.md) · [{name}.tex]({name}.tex)",
+            "",
+        ]
+
+    def section(self, title: str, *text: str) -> None:
+        self.lines += [f"## {title}", "", *[t for t in text], *([""] if text else [])]
+
+
+def write_report(
+    df: pd.DataFrame,
+    out_dir: str | Path,
+    title: str = "sppo-bench report",
+    *,
+    metric: str = ACCURACY,
+    x_axes: Sequence[str] | None = None,
+    fit_x: str | None = None,
+    reference: str = REFERENCE,
+    reps: int = 2000,
+    fit_reps: int = 100,
+    seed: int = 0,
+) -> Path:
+    """Write figures (PNG, PDF), tables (CSV, Markdown, LaTeX) and ``report.md`` into out_dir.
+
+    Args:
+        df: tidy frame from :func:`analysis.load_runs`.
+        out_dir: created if missing; existing files of the same names are overwritten.
+        title: heading of report.md.
+        metric: eval metric leaf to report (``accuracy``; ``avg@16`` for the paper's Table 1).
+        x_axes: compute axes to plot; default every ``compute/*`` axis the runs logged.
+        fit_x: axis of the saturating-fit table (with bootstrap intervals); default FLOPs when
+            logged, else the first plotted axis.
+        reference: the algorithm ratios and improvement probabilities are relative to.
+        reps: bootstrap replicates of the accuracy, IQM and improvement intervals.
+        fit_reps: bootstrap replicates of the fit intervals (each one is a refit).
+        seed: seeds every bootstrap.
+
+    Returns:
+        Path of report.md.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    w = _Writer(out)
+    points = eval_points(df)
+    has_points = not points.empty and metric in points.columns
+    if x_axes is None:
+        x_axes = (
+            [x for x in COMPUTE_AXES if x in points.columns and points[x].notna().any()]
+            if has_points
+            else []
+        )
+    x_axes = list(x_axes)
+    if fit_x is None and x_axes:
+        fit_x = COMPUTE_FLOPS if COMPUTE_FLOPS in x_axes else x_axes[0]
+
+    runs = df.drop_duplicates("run_id")
+    algos = order_algorithms(runs["algorithm"].dropna().unique())
+    seeds = runs.groupby("algorithm")["run_id"].nunique().reindex(algos)
+    w.lines += [f"# {title}", ""]
+    w.lines += [
+        f"- runs: {runs['run_id'].nunique()}; algorithms (runs each): "
+        + ", ".join(f"{a} ({int(seeds[a])})" for a in algos),
+        f"- tasks: {', '.join(sorted(map(str, runs['task'].dropna().unique()))) or '–'}; "
+        f"models: {', '.join(sorted(map(str, runs['model'].dropna().unique()))) or '–'}",
+        f"- benchmarks: {', '.join(order_datasets(points['dataset'].unique())) if has_points else '–'}"
+        f"; metric: `{metric}`; intervals: 95% stratified bootstrap over seeds "
+        "(±1.96 s.e. of the eval with one seed)",
+        "",
+    ]
+    if not has_points:
+        w.section("Accuracy", f"No `eval/*/{metric}` points were logged: nothing to plot.")
+
+    if has_points:
+        n_ds = points["dataset"].nunique()
+        ncols = min(3, n_ds)
+        size = (4.6 * ncols, 3.5 * int(np.ceil(n_ds / ncols)))
+        w.section("Accuracy versus compute")
+        fits: dict[str, pd.DataFrame] = {}
+        for x in x_axes:
+            fits[x] = fit_curves(points, x, None, metric, reps=0)
+            w.figure(
+                f"accuracy_vs_{_short(x)}",
+                f"{metric} versus {axis_label(x)}: mean over seeds with 95% band; dashed: "
+                "saturating fit",
+                lambda fig, x=x: plot_panels(
+                    points, x, metric=metric, fit=fits[x], ncols=ncols, fig=fig, reps=reps
+                ),
+                size,
+            )
+
+        w.section("Final accuracy (paper Table 1 layout)")
+        acc = accuracy_table(points, metric, reps=reps, seed=seed)
+        w.table(
+            "accuracy",
+            f"Final {metric} (%), mean over seeds ± half-width of the 95% interval",
+            acc,
+            format_accuracy_table(acc),
+            index=True,
+        )
+
+        if fit_x is not None:
+            w.section(
+                "Saturating fit",
+                "R(C) = R0 + (A − R0) / (1 + (C_mid / C)^B) (ScaleRL): A is the asymptotic "
+                f"{metric}, B the steepness, C_mid the compute for half the gain; on "
+                f"{axis_label(fit_x)}, 95% bootstrap intervals.",
+            )
+            table = fit_curves(points, fit_x, None, metric, reps=fit_reps, seed=seed)
+            w.table("fits", f"Saturating fit of {metric} versus {axis_label(fit_x)}", table)
+
+        targets = []
+        for x in [a for a in (COMPUTE_ROLLOUT_TOKENS, *x_axes) if a in x_axes]:
+            for ds in order_datasets(points["dataset"].unique()):
+                try:
+                    targets.append(compute_to_target(points, x, ds, metric, reference=reference))
+                except ValueError as err:
+                    logger.info("no compute-to-target on %s / %s: %s", ds, x, err)
+        if targets:
+            table = pd.concat(targets, ignore_index=True).drop_duplicates(
+                ["dataset", "algorithm", "x"]
+            )
+            # Sentences for the paper's two efficiency claims (rollout tokens, wall-clock); the
+            # table below has every axis.
+            told = table[table["x"].isin([COMPUTE_ROLLOUT_TOKENS, COMPUTE_WALL_S])]
+            sentences = describe_compute_to_target(told if len(told) else table, reference)
+            w.section(
+                "Compute to target",
+                "Compute at which the mean over seeds first reaches the target (default: the best "
+                "final accuracy among the baselines), interpolated linearly between eval points.",
+                *[f"- {s}" for s in sentences],
+            )
+            w.table("compute_to_target", f"Compute to target, relative to {reference}", table)
+
+        w.section("Robust aggregates over seeds (rliable)")
+        w.table(
+            "iqm",
+            f"IQM and mean of final {metric} over runs × benchmarks",
+            iqm_table(points, metric, reps=reps, seed=seed),
+        )
+        improvement = improvement_table(points, metric, reference=reference, reps=reps, seed=seed)
+        if not improvement.empty:
+            w.table(
+                "improvement",
+                f"Probability of improvement P({reference} > other) on final {metric}",
+                improvement,
+            )
+
+    w.section("Compute, memory, throughput")
+    w.table(
+        "summary",
+        f"Suite summary: means over seeds; {metric} averaged over benchmarks; compute at the end",
+        summary_table(df, metric=metric),
+    )
+    memory = memory_table(df)
+    if memory["normalised"].notna().any():
+        w.figure(
+            "memory",
+            "Peak memory normalised to the largest",
+            lambda fig: plot_memory(df, ax=fig.subplots()),
+            (5.0, 3.6),
+        )
+        w.table("memory", "Peak memory (MiB) and normalised to the largest", memory)
+    w.table("throughput", "Rollout throughput (per wall-clock second)", throughput_table(df))
+
+    w.section("Files", *[f"- [{p.name}]({p.name})" for p in w.files])
+    report = out / "report.md"
+    report.write_text("\n".join(w.lines).rstrip() + "\n")
+    logger.info("wrote %s (%d files)", report, len(w.files) + 1)
+    return report
+
+
+def log_report_to_mlflow(
+    out_dir: str | Path,
+    run_id: str,
+    *,
+    artifact_path: str = "report",
+    tracking_uri: str | None = None,
+) -> None:
+    """Log every file of a report directory as artifacts of a run (the suite's parent run)."""
+    from mlflow.tracking import MlflowClient
+
+    MlflowClient(tracking_uri=tracking_uri).log_artifacts(run_id, str(out_dir), artifact_path)

@@ -1,0 +1,207 @@
+"""``sppo-bench``: the command line.
+
+    sppo-bench run [hydra overrides...]       the default CPU suite, or any suite/config
+    sppo-bench algorithms                     registered algorithms and their hyper-parameters
+    sppo-bench report [--experiment NAME | --run-id ID] [--out DIR] [--tracking-uri URI]
+
+Overrides are Hydra's (``algorithm=[sppo,grpo] budget.limit=32768 seeds=3 task.horizon=3``); the
+config tree is ``benchmarks/conf``. Errors in the config exit with status 2 before any compute,
+naming the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["compose_config", "main"]
+
+CONF_DIR = Path(__file__).parent / "conf"
+log = logging.getLogger("sppo_bench")
+
+
+def _register_resolvers() -> None:
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("arith_max_tokens"):
+        # "a+b=c;" is 6 characters per step, then "#d" and EOS, plus slack for wrong formats.
+        OmegaConf.register_new_resolver("arith_max_tokens", lambda h: 6 * int(h) + 6)
+
+
+def compose_config(overrides: Sequence[str] = ()) -> Any:
+    """Compose ``benchmarks/conf/config.yaml`` with Hydra overrides (also used by tests, sweeps)."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    _register_resolvers()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        cfg = compose("config", overrides=list(overrides))
+    OmegaConf.resolve(cfg)
+    return cfg
+
+
+def _config_error(e: Exception) -> str:
+    msg = str(e).strip()
+    cause = e.__cause__ or e.__context__
+    if cause is not None and str(cause) and str(cause) not in msg:
+        msg += f"\n{cause}"
+    return msg
+
+
+def _cmd_run(overrides: list[str]) -> int:
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from algorithms import ConfigError
+    from benchmarks.suite import run_suite
+
+    try:
+        cfg = compose_config(overrides)
+        from benchmarks.suite import validate
+
+        validate(cfg)
+    except (HydraException, OmegaConfBaseException, ConfigError, ValueError, KeyError) as e:
+        sys.stderr.write(f"sppo-bench: configuration error: {_config_error(e)}\n")
+        return 2
+    result = run_suite(cfg)
+    _print_result(result)
+    return 0 if all(r.status == "FINISHED" for r in result.runs) else 1
+
+
+def _print_result(result) -> None:  # noqa: ANN001
+    from rich.console import Console
+    from rich.table import Table
+
+    from benchmarks import metrics as M
+
+    console = Console()
+    table = Table(title=f"sppo-bench suite ({result.experiment}), {result.wall_s:.0f} s")
+    for col in (
+        "algorithm",
+        "seed",
+        "steps",
+        "start acc",
+        "final acc ± s.e.",
+        "samples",
+        "rollout tokens",
+        "FLOPs",
+        "train wall s",
+        "peak MiB",
+    ):
+        table.add_column(col, justify="right")
+    for r in result.runs:
+        m = r.metrics
+        if r.status != "FINISHED":
+            table.add_row(
+                r.algorithm, str(r.seed), "-", "-", f"FAILED: {r.error}", "", "", "", "", ""
+            )
+            continue
+        table.add_row(
+            r.algorithm,
+            str(r.seed),
+            str(r.steps),
+            f"{r.start_accuracy:.3f}",
+            f"{r.final_accuracy:.3f} ± {r.final_se:.3f}",
+            f"{m[M.COMPUTE_ROLLOUT_SAMPLES]:.0f}",
+            f"{m[M.COMPUTE_ROLLOUT_TOKENS]:.0f}",
+            f"{m[M.COMPUTE_FLOPS]:.3g}",
+            f"{m[M.COMPUTE_WALL_S]:.1f}",
+            f"{m[M.MEMORY_PEAK_BYTES] / 2**20:.0f}",
+        )
+    console.print(table)
+    phases = Table(title="wall seconds per phase")
+    phases.add_column("algorithm")
+    for p in M.PHASES:
+        phases.add_column(p, justify="right")
+    for r in result.runs:
+        if r.status == "FINISHED":
+            phases.add_row(r.algorithm, *(f"{r.metrics[M.wall_phase(p)]:.2f}" for p in M.PHASES))
+    console.print(phases)
+    if result.plot:
+        console.print(f"plot:    {result.plot}")
+    if result.report:
+        console.print(f"report:  {result.report}")
+    console.print(
+        f"MLflow:  {result.tracking_uri}  (experiment '{result.experiment}', parent run {result.parent_run_id})"
+    )
+    console.print(f"open it: mlflow ui --backend-store-uri {result.tracking_uri}")
+
+
+def _cmd_algorithms() -> int:
+    import dataclasses
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from algorithms import algorithm_class, list_algorithms
+
+    console = Console()
+    for name in list_algorithms():
+        cls = algorithm_class(name)
+        table = Table(title=f"{name} (critic: {cls.critic})", title_justify="left")
+        for col in ("field", "default", "help"):
+            table.add_column(col)
+        for f in dataclasses.fields(cls.Config):
+            default = f.default if f.default is not dataclasses.MISSING else "-"
+            table.add_row(f.name, repr(default), f.metadata.get("help", ""))
+        console.print(table)
+    return 0
+
+
+def _cmd_report(argv: list[str]) -> int:
+    from analysis import load_runs, write_report
+    from benchmarks.tracking import default_tracking_uri
+
+    p = argparse.ArgumentParser(prog="sppo-bench report")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--experiment", help="experiment name (default: sppo-bench-default)")
+    g.add_argument("--run-id", help="a suite's parent run id")
+    p.add_argument("--out", default=None, help="output directory (default: reports/<name>)")
+    p.add_argument("--tracking-uri", default=None)
+    a = p.parse_args(argv)
+    uri = a.tracking_uri or default_tracking_uri()
+    if a.run_id:
+        df = load_runs(parent_run_id=a.run_id, tracking_uri=uri)
+        name = a.run_id[:8]
+    else:
+        name = a.experiment or "sppo-bench-default"
+        df = load_runs(name, tracking_uri=uri)
+    if df.empty:
+        sys.stderr.write(f"sppo-bench report: no runs found in {uri} for {name}\n")
+        return 2
+    out = Path(a.out or f"reports/{name}")
+    path = write_report(df, out, title=f"sppo-bench: {name}")
+    log.info("report written to %s", path)
+    sys.stdout.write(f"{path}\n")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``sppo-bench`` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    for noisy in ("alembic", "mlflow", "httpx", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    cmd = argv[0] if argv else "run"
+    rest = argv[1:] if argv else []
+    if cmd == "run":
+        return _cmd_run(rest)
+    if cmd == "algorithms":
+        return _cmd_algorithms()
+    if cmd == "report":
+        return _cmd_report(rest)
+    if cmd in ("-h", "--help", "help"):
+        sys.stdout.write(__doc__ or "")
+        return 0
+    sys.stderr.write(f"sppo-bench: unknown command {cmd!r}; allowed: run, algorithms, report\n")
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,246 @@
+"""Rollout engines: turn prompts into sampled responses with their sampling-time log-probs.
+
+One interface (`RolloutEngine`) with a `torch` engine here: a batched sampler over the HF model's
+KV cache, colocated with the trainer, so weight sync is free. Prompts are left-padded and
+responses right-padded, the layout every log-prob and value computation below assumes:
+``[pad.. prompt | response ..pad]`` with ``P`` prompt columns and ``T`` response columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+
+__all__ = [
+    "Rollout",
+    "RolloutEngine",
+    "TorchEngine",
+    "encode_prompts",
+    "response_logprobs",
+    "sequence_inputs",
+]
+
+
+@dataclass
+class Rollout:
+    """A batch of B sampled sequences. Masks are float (1 = real token)."""
+
+    prompt_ids: torch.Tensor  # (B, P) left-padded
+    prompt_mask: torch.Tensor  # (B, P)
+    response_ids: torch.Tensor  # (B, T) right-padded, EOS included when emitted
+    response_mask: torch.Tensor  # (B, T)
+    log_probs: torch.Tensor  # (B, T) log-prob of each sampled token at sampling time
+    texts: list[str]  # decoded responses without EOS/padding
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        """Response lengths in tokens, (B,)."""
+        return self.response_mask.sum(-1).long()
+
+    def select(self, idx: torch.Tensor) -> Rollout:
+        keep = idx.tolist()
+        return Rollout(
+            self.prompt_ids[idx],
+            self.prompt_mask[idx],
+            self.response_ids[idx],
+            self.response_mask[idx],
+            self.log_probs[idx],
+            [self.texts[i] for i in keep],
+        )
+
+    @staticmethod
+    def cat(parts: Sequence[Rollout], pad_id: int) -> Rollout:
+        """Concatenate batches with different P and T (re-padding prompts left, responses right)."""
+        P = max(r.prompt_ids.shape[1] for r in parts)
+        T = max(r.response_ids.shape[1] for r in parts)
+
+        def lpad(x: torch.Tensor, n: int, v: float) -> torch.Tensor:
+            return F.pad(x, (n - x.shape[1], 0), value=v)
+
+        def rpad(x: torch.Tensor, n: int, v: float) -> torch.Tensor:
+            return F.pad(x, (0, n - x.shape[1]), value=v)
+
+        return Rollout(
+            torch.cat([lpad(r.prompt_ids, P, pad_id) for r in parts]),
+            torch.cat([lpad(r.prompt_mask, P, 0.0) for r in parts]),
+            torch.cat([rpad(r.response_ids, T, pad_id) for r in parts]),
+            torch.cat([rpad(r.response_mask, T, 0.0) for r in parts]),
+            torch.cat([rpad(r.log_probs, T, 0.0) for r in parts]),
+            [t for r in parts for t in r.texts],
+        )
+
+
+class RolloutEngine(Protocol):
+    """What the trainer needs from an inference engine."""
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        *,
+        temperature: float,
+        top_p: float,
+        max_new_tokens: int,
+        seed: int,
+    ) -> Rollout: ...
+
+    def sync_weights(self) -> None:
+        """Make the engine sample from the trainer's current policy weights."""
+
+
+def encode_prompts(tokenizer, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: ANN001
+    """Left-padded prompt ids and mask, (B, P)."""
+    enc = tokenizer(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
+    return enc["input_ids"], enc["attention_mask"].float()
+
+
+def sequence_inputs(
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    response_ids: torch.Tensor,
+    response_mask: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Full-sequence ``(input_ids, attention_mask, position_ids)`` for a teacher-forced forward."""
+    ids = torch.cat([prompt_ids, response_ids], dim=1)
+    mask = torch.cat([prompt_mask, response_mask], dim=1)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0).long()
+    return ids, mask.long(), pos
+
+
+def response_logprobs(
+    model,  # noqa: ANN001 - HF causal LM
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    response_ids: torch.Tensor,
+    response_mask: torch.Tensor,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs of the response tokens under ``model`` at ``temperature``, (B, T) each.
+
+    Logits at position ``P - 1 + t`` predict response token ``t``; only those ``T`` positions go
+    through the LM head.
+    """
+    ids, mask, pos = sequence_inputs(prompt_ids, prompt_mask, response_ids, response_mask)
+    T = response_ids.shape[1]
+    logits = model(
+        input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=T + 1
+    ).logits[:, :-1]  # (B, T, V)
+    logp_all = torch.log_softmax(logits.float() / max(temperature, 1e-6), dim=-1)
+    logp = logp_all.gather(-1, response_ids.unsqueeze(-1)).squeeze(-1)  # (B, T)
+    ent = None
+    if with_entropy:
+        ent = -(logp_all.exp() * logp_all).sum(-1)  # (B, T)
+    return logp, ent
+
+
+def _top_p_filter(logp: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Mask tokens outside the smallest set whose probability reaches ``top_p``; renormalise."""
+    sorted_lp, order = logp.sort(dim=-1, descending=True)
+    cum = sorted_lp.exp().cumsum(-1)
+    drop_sorted = (cum - sorted_lp.exp()) >= top_p  # keep the token that crosses top_p
+    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+    return torch.log_softmax(logp.masked_fill(drop, float("-inf")), dim=-1)
+
+
+class TorchEngine:
+    """Batched KV-cache sampling with the trainer's own policy module (CPU or one GPU)."""
+
+    def __init__(self, model, tokenizer, *, batch_size: int = 512) -> None:  # noqa: ANN001
+        self.model = model
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+
+    def sync_weights(self) -> None:
+        """Colocated: the engine holds the trainer's module itself."""
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompts: Sequence[str],
+        *,
+        temperature: float,
+        top_p: float = 1.0,
+        max_new_tokens: int,
+        seed: int,
+    ) -> Rollout:
+        """Sample one response per prompt (repeat prompts for n > 1); temperature 0 is greedy."""
+        gen = torch.Generator().manual_seed(seed)
+        parts = [
+            self._generate(
+                prompts[i : i + self.batch_size], temperature, top_p, max_new_tokens, gen
+            )
+            for i in range(0, len(prompts), self.batch_size)
+        ]
+        return parts[0] if len(parts) == 1 else Rollout.cat(parts, self.tokenizer.pad_token_id)
+
+    def _generate(
+        self,
+        prompts: Sequence[str],
+        temperature: float,
+        top_p: float,
+        max_new_tokens: int,
+        gen: torch.Generator,
+    ) -> Rollout:
+        model, tok = self.model, self.tokenizer
+        was_training = model.training
+        model.eval()
+        device = next(model.parameters()).device
+        prompt_ids, prompt_mask = encode_prompts(tok, prompts)
+        prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)
+        B = prompt_ids.shape[0]
+        mask = prompt_mask.long()
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = model(
+            input_ids=prompt_ids,
+            attention_mask=mask,
+            position_ids=pos,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        past, logits = out.past_key_values, out.logits[:, -1]
+        cur = pos[:, -1]
+        eos, pad = tok.eos_token_id, tok.pad_token_id
+        done = torch.zeros(B, dtype=torch.bool, device=device)
+        ids, lps = [], []
+        for _ in range(max_new_tokens):
+            logp = torch.log_softmax(logits.float() / max(temperature, 1e-6), dim=-1)
+            if temperature == 0:
+                nxt = logp.argmax(-1)
+            else:
+                sample_lp = logp if top_p >= 1.0 else _top_p_filter(logp, top_p)
+                nxt = torch.multinomial(sample_lp.exp().cpu(), 1, generator=gen).squeeze(-1)
+                nxt = nxt.to(device)
+            lp = logp.gather(-1, nxt.unsqueeze(-1)).squeeze(-1)
+            nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
+            ids.append(nxt)
+            lps.append(torch.where(done, torch.zeros_like(lp), lp))
+            done = done | (nxt == eos)
+            if bool(done.all()):
+                break
+            mask = torch.cat([mask, (~done).long().unsqueeze(-1) | 1], dim=1)
+            cur = cur + 1
+            out = model(
+                input_ids=nxt.unsqueeze(-1),
+                attention_mask=mask,
+                position_ids=cur.unsqueeze(-1),
+                past_key_values=past,
+                use_cache=True,
+            )
+            past, logits = out.past_key_values, out.logits[:, -1]
+        model.train(was_training)
+        response_ids = torch.stack(ids, dim=1)  # (B, T)
+        log_probs = torch.stack(lps, dim=1)
+        # A token is real up to and including the first EOS.
+        is_eos = response_ids == eos
+        after_eos = (is_eos.long().cumsum(-1) - is_eos.long()) > 0
+        response_mask = (~after_eos).float()
+        texts = tok.batch_decode(
+            (response_ids * (~is_eos) * response_mask.long()).tolist(), skip_special_tokens=True
+        )
+        return Rollout(
+            prompt_ids, prompt_mask, response_ids, response_mask, log_probs * response_mask, texts
+        )

@@ -1,0 +1,419 @@
+"""A suite: every selected algorithm x seed, from one shared warm start, under one budget.
+
+``run_suite`` is what ``sppo-bench run`` calls. It validates the whole config before any compute,
+prepares the MLflow store once, runs each (algorithm, seed) as a nested child run of one parent
+run, and ends with a table, a plot of accuracy versus compute and an analysis report.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from algorithms import Algorithm, ConfigError, get_algorithm
+from benchmarks import metrics as M
+from benchmarks.meter import Budget
+from benchmarks.modeling import ModelSpec, build_char_tokenizer, build_tiny_llama
+from benchmarks.rollout import TorchEngine
+from benchmarks.tasks import ArithTask, Task, build_task
+from benchmarks.tracking import (
+    MlflowTracker,
+    default_tracking_uri,
+    flatten,
+    git_commit,
+    prepare_store,
+)
+from benchmarks.trainer import RLTrainer, TrainerConfig
+
+__all__ = ["RunSummary", "SuiteResult", "run_suite", "validate"]
+
+log = logging.getLogger(__name__)
+
+_TRAINER_KEYS = {f for f in TrainerConfig.__dataclass_fields__}
+
+
+@dataclass
+class RunSummary:
+    algorithm: str
+    seed: int
+    run_id: str | None
+    status: str
+    steps: int = 0
+    start_accuracy: float = float("nan")
+    final_accuracy: float = float("nan")
+    final_se: float = float("nan")
+    metrics: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+
+
+@dataclass
+class SuiteResult:
+    runs: list[RunSummary]
+    tracking_uri: str
+    experiment: str
+    parent_run_id: str | None
+    output_dir: Path
+    plot: Path | None = None
+    report: Path | None = None
+    wall_s: float = 0.0
+    warmstart: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Plan:
+    """Everything validated up front, so a bad field fails before any compute."""
+
+    algorithms: dict[str, Algorithm]
+    trainer: dict[str, TrainerConfig]
+    budget: Budget
+    seeds: list[int]
+
+
+def _as_dict(node: Any) -> dict[str, Any]:
+    from omegaconf import OmegaConf
+
+    if isinstance(node, Mapping) and not hasattr(node, "_get_node"):
+        return dict(node)
+    return OmegaConf.to_container(node, resolve=True)  # type: ignore[return-value]
+
+
+def validate(cfg: Any) -> _Plan:
+    """Build every algorithm, trainer config and the budget; raise ConfigError naming the field."""
+    algos = _as_dict(cfg.algorithm)
+    if not algos:
+        raise ConfigError("algorithm: select at least one, e.g. algorithm=[sppo,grpo]")
+    trainer_base = {k: v for k, v in _as_dict(cfg.trainer).items()}
+    unknown = set(trainer_base) - _TRAINER_KEYS
+    if unknown:
+        raise ConfigError(
+            f"trainer.{sorted(unknown)[0]}: unknown key; allowed: {sorted(_TRAINER_KEYS)}"
+        )
+    built: dict[str, Algorithm] = {}
+    trainers: dict[str, TrainerConfig] = {}
+    for name, node in algos.items():
+        node = dict(node or {})
+        params = dict(node.pop("params", {}) or {})
+        actor_lr = node.pop("actor_lr", None)
+        critic_lr = node.pop("critic_lr", None)
+        if node:
+            raise ConfigError(
+                f"algorithm.{name}.{sorted(node)[0]}: unknown key; allowed: actor_lr, critic_lr, params"
+            )
+        try:
+            alg = get_algorithm(name, **params)
+        except ConfigError as e:
+            raise ConfigError(f"algorithm.{name}.params: {e}") from e
+        if alg.critic == "none" and critic_lr is not None:
+            raise ConfigError(
+                f"algorithm.{name}.critic_lr={critic_lr}: {name} trains no critic; set it to null"
+            )
+        t = TrainerConfig(
+            **trainer_base,
+            **({"actor_lr": float(actor_lr)} if actor_lr is not None else {}),
+            critic_lr=None if critic_lr is None else float(critic_lr),
+        )
+        if t.samples_per_step % alg.samples_per_prompt:
+            raise ConfigError(
+                f"trainer.samples_per_step={t.samples_per_step} must be a multiple of "
+                f"{name}'s samples per prompt ({alg.samples_per_prompt})"
+            )
+        built[name] = alg
+        trainers[name] = t
+    b = _as_dict(cfg.budget)
+    budget = Budget(
+        kind=b["kind"], limit=float(b["limit"]), eval_fractions=tuple(b["eval_fractions"])
+    )
+    if int(cfg.seeds) < 1:
+        raise ConfigError(f"seeds={cfg.seeds} must be >= 1")
+    seeds = [int(cfg.seed) + i for i in range(int(cfg.seeds))]
+    return _Plan(built, trainers, budget, seeds)
+
+
+def _load_start_model(cfg: Any, seed: int, task: Task, tokenizer) -> tuple[torch.nn.Module, dict]:  # noqa: ANN001
+    from benchmarks.warmstart import warm_start
+
+    model_cfg = _as_dict(cfg.model)
+    spec = ModelSpec(
+        hidden_size=model_cfg["hidden_size"],
+        num_layers=model_cfg["num_layers"],
+        num_heads=model_cfg["num_heads"],
+        intermediate_size=model_cfg["intermediate_size"],
+        max_position_embeddings=model_cfg["max_position_embeddings"],
+    )
+
+    def build() -> torch.nn.Module:
+        return build_tiny_llama(spec, len(tokenizer), seed=seed)
+
+    ws = _as_dict(cfg.warmstart)
+    if not ws.pop("enabled", True) or not isinstance(task, ArithTask):
+        return build(), {"steps": 0, "val_accuracy": float("nan"), "cached": False, "path": None}
+    identity = {"task": _as_dict(cfg.task), "model": model_cfg}
+    return warm_start(
+        task=task,
+        build_model=build,
+        tokenizer=tokenizer,
+        cfg=ws,
+        identity=identity,
+        seed=seed,
+        cache_dir=cfg.cache_dir,
+        max_new_tokens=int(cfg.task.max_new_tokens),
+    )
+
+
+def _load_hf(cfg: Any):  # noqa: ANN202
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    name = cfg.model.name_or_path
+    tok = AutoTokenizer.from_pretrained(name, padding_side="left")
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    dtype = getattr(torch, str(cfg.model.dtype))
+    model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype)
+    return model, tok
+
+
+def run_suite(cfg: Any, *, progress: bool = True) -> SuiteResult:
+    """Run the suite described by a composed config (see ``benchmarks/conf/config.yaml``)."""
+    from omegaconf import OmegaConf
+
+    t0 = time.perf_counter()
+    plan = validate(cfg)
+    torch.set_num_threads(int(cfg.threads))
+    device = torch.device(cfg.engine.device)
+    if cfg.engine.name != "torch":
+        raise ConfigError(f"engine.name={cfg.engine.name!r}: the native trainer supports ['torch']")
+
+    real_model = cfg.model.name_or_path is not None
+    if real_model:
+        base_model, tokenizer = _load_hf(cfg)
+    else:
+        tokenizer = build_char_tokenizer(ArithTask.alphabet)
+    task = build_task(cfg.task, tokenizer=tokenizer if real_model else None)
+    if not real_model and not isinstance(task, ArithTask):
+        raise ConfigError(
+            f"task={cfg.task.name}: the tiny character model only speaks `arith`; "
+            "set model=hf model.name_or_path=<HF id or directory> for real datasets"
+        )
+
+    uri = cfg.tracking.uri or default_tracking_uri()
+    exp_name = str(cfg.tracking.experiment)
+    exp_id = prepare_store(uri, exp_name)
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    out_dir = Path(cfg.output_dir).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    common_tags = {
+        M.TAG_TASK: str(cfg.task.name),
+        M.TAG_MODEL: str(cfg.model.name_or_path or "tiny-llama"),
+        M.TAG_ENGINE: str(cfg.engine.name),
+        M.TAG_BUDGET_KIND: plan.budget.kind,
+        M.TAG_BUDGET_LIMIT: str(plan.budget.limit),
+        M.TAG_GIT_COMMIT: git_commit(),
+        M.TAG_VERSION: _version(),
+    }
+    result = SuiteResult([], uri, exp_name, None, out_dir)
+    with MlflowTracker.start(
+        client,
+        exp_id,
+        run_name=f"suite-{cfg.suite.name}",
+        tags={**common_tags, M.TAG_ROLE: "suite"},
+        params=flatten(resolved),
+    ) as parent:
+        result.parent_run_id = parent.run_id
+        parent.log_dict(resolved, "config.yaml")
+        with _progress(progress) as bar:
+            for seed in plan.seeds:
+                if real_model:
+                    start, ws_info = (
+                        base_model,
+                        {"steps": 0, "val_accuracy": float("nan"), "cached": False},
+                    )
+                else:
+                    start, ws_info = _load_start_model(cfg, seed, task, tokenizer)
+                result.warmstart[str(seed)] = ws_info
+                start.to(device)
+                for name, alg in plan.algorithms.items():
+                    result.runs.append(
+                        _run_one(
+                            cfg,
+                            client,
+                            exp_id,
+                            parent.run_id,
+                            common_tags,
+                            resolved,
+                            name,
+                            alg,
+                            plan,
+                            seed,
+                            start,
+                            tokenizer,
+                            task,
+                            bar,
+                        )
+                    )
+        task.close()
+        result.wall_s = time.perf_counter() - t0
+        parent.log_metrics({"suite/wall_s": result.wall_s}, step=0)
+        _finish(result, cfg, parent)
+    return result
+
+
+def _run_one(
+    cfg,
+    client,
+    exp_id,
+    parent_id,
+    tags,
+    resolved,
+    name,
+    alg,
+    plan,
+    seed,
+    start,
+    tokenizer,
+    task,
+    bar,
+) -> RunSummary:  # noqa: ANN001, E501
+    tcfg = plan.trainer[name]
+    run_params = flatten(
+        {
+            **{k: v for k, v in resolved.items() if k != "algorithm"},
+            "algorithm": {"name": name, **resolved["algorithm"][name]},
+            "algorithm_resolved": {
+                f: getattr(alg.config, f) for f in alg.config.__dataclass_fields__
+            },
+            "trainer_resolved": tcfg.__dict__,
+        }
+    )
+    summary = RunSummary(name, seed, None, "FAILED")
+    task_id = bar.add_task(f"{name} seed {seed}", total=1.0, acc="-")
+    try:
+        with MlflowTracker.start(
+            client,
+            exp_id,
+            run_name=f"{name}-s{seed}",
+            parent_run_id=parent_id,
+            tags={**tags, M.TAG_ROLE: "run", M.TAG_ALGORITHM: name, M.TAG_SEED: str(seed)},
+            params=run_params,
+        ) as tracker:
+            summary.run_id = tracker.run_id
+            policy = copy.deepcopy(start)
+            reference = None
+            if alg.uses_reference:
+                reference = copy.deepcopy(start).eval().requires_grad_(False)
+
+            def on_progress(frac: float, m: dict[str, float]) -> None:
+                fields = {"acc": f"{m['acc']:.3f}"} if "acc" in m else {}
+                bar.update(task_id, completed=min(frac, 1.0), **fields)
+
+            trainer = RLTrainer(
+                algorithm=alg,
+                policy=policy,
+                tokenizer=tokenizer,
+                task=task,
+                engine_factory=lambda m: TorchEngine(
+                    m, tokenizer, batch_size=int(cfg.engine.rollout_batch_size)
+                ),
+                budget=plan.budget,
+                config=tcfg,
+                seed=seed,
+                prompt_seed=seed,
+                tracker=tracker,
+                reference=reference,
+                critic_base=start,
+                on_progress=on_progress,
+            )
+            evals = trainer.train()
+            bar.update(task_id, completed=1.0)
+            summary.status = "FINISHED"
+            summary.steps = trainer.step
+            summary.start_accuracy = evals[0][1].accuracy
+            summary.final_accuracy = evals[-1][1].accuracy
+            summary.final_se = evals[-1][1].se
+            summary.metrics = trainer.meter.metrics()
+    except (
+        FloatingPointError,
+        RuntimeError,
+        ValueError,
+    ) as e:  # one failed run must not end the suite
+        log.error("%s seed %d failed: %s", name, seed, e)
+        summary.error = f"{type(e).__name__}: {e}"
+    return summary
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("sppo-bench")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+class _NoBar:
+    def add_task(self, *a, **k) -> int:  # noqa: ANN002, ANN003
+        return 0
+
+    def update(self, *a, **k) -> None:  # noqa: ANN002, ANN003
+        pass
+
+    def __enter__(self) -> _NoBar:
+        return self
+
+    def __exit__(self, *a) -> None:  # noqa: ANN002
+        pass
+
+
+def _progress(enabled: bool):  # noqa: ANN202
+    if not enabled:
+        return _NoBar()
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn("{task.description:<16}"),
+        BarColumn(),
+        TextColumn("budget {task.percentage:>3.0f}%"),
+        TextColumn("acc {task.fields[acc]}"),
+        TimeElapsedColumn(),
+    )
+
+
+def _finish(result: SuiteResult, cfg: Any, parent: MlflowTracker) -> None:
+    """The plot and report, logged to the parent run."""
+    from analysis import eval_points, load_runs, plot_panels, write_report
+
+    df = load_runs(parent_run_id=result.parent_run_id, tracking_uri=result.tracking_uri)
+    if df.empty:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = eval_points(df)
+    axes = plot_panels(
+        points,
+        x=M.COMPUTE_ROLLOUT_SAMPLES
+        if cfg.budget.kind == "samples"
+        else f"compute/{cfg.budget.kind}",
+    )
+    fig = axes[0].figure if hasattr(axes, "__getitem__") else axes.figure
+    plot = result.output_dir / "accuracy_vs_compute.png"
+    fig.savefig(plot, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    result.plot = plot
+    parent.log_artifact(plot, "figures")
+    if cfg.suite.report:
+        result.report = write_report(
+            df, result.output_dir / "report", title=f"sppo-bench suite {cfg.suite.name}"
+        )
+        parent.log_artifact(result.report.parent, "report")

@@ -1,0 +1,247 @@
+"""Hand-computed cases and loop-versus-vectorised checks for algorithms.common."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from algorithms.common import (
+    LOSS_AGG_MODES,
+    agg_loss,
+    clipped_surrogate,
+    explained_variance,
+    group_mean_std,
+    kl_penalty,
+    masked_mean,
+    masked_var,
+    masked_whiten,
+    outcome_to_tokens,
+    to_floats,
+)
+
+NAN = float("nan")
+
+
+def t(x) -> torch.Tensor:
+    return torch.tensor(x, dtype=torch.float32)
+
+
+# --- masked statistics ----------------------------------------------------------------------
+
+
+def test_masked_mean_var_ignore_garbage_in_padding():
+    values = t([[1.0, 2.0, NAN], [3.0, float("inf"), 1e30]])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    # valid: 1, 2, 3 -> mean 2, unbiased var ((1 + 0 + 1) / 2) = 1, biased 2/3
+    assert masked_mean(values, mask).item() == pytest.approx(2.0)
+    assert masked_var(values, mask).item() == pytest.approx(1.0)
+    assert masked_var(values, mask, unbiased=False).item() == pytest.approx(2 / 3)
+    # per-row means: (1 + 2) / 2 = 1.5 and 3
+    assert masked_mean(values, mask, dim=-1).tolist() == pytest.approx([1.5, 3.0])
+
+
+def test_masked_mean_of_nothing_is_zero():
+    values = t([[NAN, 5.0]])
+    assert masked_mean(values, torch.zeros(1, 2)).item() == 0.0
+    assert masked_var(values, torch.tensor([[0, 1]])).item() == 0.0  # one element: defined as 0
+
+
+def test_masked_whiten_hand():
+    values = t([[1.0, 2.0], [3.0, NAN]])
+    mask = torch.tensor([[True, True], [True, False]])
+    # mean 2, unbiased var 1 -> [-1, 0, 1], padding 0
+    out = masked_whiten(values, mask)
+    assert torch.allclose(out, t([[-1.0, 0.0], [1.0, 0.0]]), atol=1e-6)
+    # shift_mean=False adds the mean back: [1, 2, 3]
+    out = masked_whiten(values, mask, shift_mean=False)
+    assert torch.allclose(out, t([[1.0, 2.0], [3.0, 0.0]]), atol=1e-6)
+
+
+def test_masked_whiten_matches_verl_formula():
+    g = torch.Generator().manual_seed(0)
+    values = torch.randn(4, 6, generator=g)
+    mask = torch.rand(4, 6, generator=g) > 0.3
+    m = mask.float()
+    # verl: masked_mean = sum(x * m) / (sum(m) + 1e-8); var unbiased; (x - mean) * rsqrt(var + 1e-8)
+    mean = (values * m).sum() / m.sum()
+    var = (((values - mean) ** 2) * m).sum() / m.sum() * m.sum() / (m.sum() - 1)
+    expected = (values - mean) * torch.rsqrt(var + 1e-8) * m
+    assert torch.allclose(masked_whiten(values, mask), expected, atol=1e-5)
+
+
+# --- agg_loss -------------------------------------------------------------------------------
+
+LOSS = t([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [100.0, 100.0, 100.0]])
+MASK = torch.tensor([[1, 1, 0], [1, 0, 0], [0, 0, 0]])
+
+
+@pytest.mark.parametrize(
+    "mode, expected",
+    [
+        ("token-mean", 7 / 3),  # (1 + 2 + 4) / 3 valid tokens
+        ("seq-mean-token-mean", 2.75),  # ((1 + 2) / 2 + 4 / 1) / 2 non-empty rows
+        ("seq-mean-token-sum", 3.5),  # ((1 + 2) + 4) / 2 non-empty rows
+    ],
+)
+def test_agg_loss_modes_hand(mode, expected):
+    assert agg_loss(LOSS, MASK, mode).item() == pytest.approx(expected)
+
+
+def test_agg_loss_padding_garbage_and_empty_mask():
+    loss = LOSS.clone()
+    loss[2] = NAN
+    loss[0, 2] = float("inf")
+    for mode in LOSS_AGG_MODES:
+        assert math.isfinite(agg_loss(loss, MASK, mode).item())
+        assert agg_loss(loss, torch.zeros_like(MASK), mode).item() == 0.0
+
+
+def test_agg_loss_unknown_mode_lists_modes():
+    with pytest.raises(ValueError, match="token-mean.*seq-mean-token-mean.*seq-mean-token-sum"):
+        agg_loss(LOSS, MASK, "seq-mean")
+
+
+# --- group statistics -----------------------------------------------------------------------
+
+
+def test_group_mean_std_hand():
+    # groups 7: [1, 0, 0] -> mean 1/3, unbiased std sqrt(1/3); 3: [1, 1, 1] -> 1, 0; 9: [5] -> 5, 0
+    ids = torch.tensor([7, 3, 7, 3, 7, 3, 9])
+    r = t([1, 1, 0, 1, 0, 1, 5])
+    mean, std, count = group_mean_std(r, ids)
+    s = 3**-0.5  # 0.57735
+    assert mean.tolist() == pytest.approx([1 / 3, 1, 1 / 3, 1, 1 / 3, 1, 5])
+    assert std.tolist() == pytest.approx([s, 0, s, 0, s, 0, 0], abs=1e-6)
+    assert count.tolist() == [3, 3, 3, 3, 3, 3, 1]
+
+
+def _loop_group_stats(r: torch.Tensor, ids: torch.Tensor):
+    groups: dict[int, list[float]] = {}
+    for value, gid in zip(r.tolist(), ids.tolist(), strict=True):
+        groups.setdefault(gid, []).append(value)
+    mean, std, count = [], [], []
+    for gid in ids.tolist():
+        xs = torch.tensor(groups[gid], dtype=torch.float64)
+        mean.append(xs.mean().item())
+        std.append(xs.std().item() if len(xs) > 1 else 0.0)  # torch.std is unbiased
+        count.append(len(xs))
+    return mean, std, count
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_group_mean_std_matches_loop(seed):
+    g = torch.Generator().manual_seed(seed)
+    b = 40
+    ids = torch.tensor([-5, 0, 3, 100, 7, 2**40])[torch.randint(0, 6, (b,), generator=g)]
+    r = torch.randn(b, generator=g, dtype=torch.float64)
+    r[: b // 4] = torch.randint(0, 2, (b // 4,), generator=g).double()  # binary rewards too
+    mean, std, count = group_mean_std(r, ids)
+    ref_mean, ref_std, ref_count = _loop_group_stats(r, ids)
+    assert mean.tolist() == pytest.approx(ref_mean, abs=1e-12)
+    assert std.tolist() == pytest.approx(ref_std, abs=1e-12)
+    assert count.tolist() == ref_count
+
+
+def test_group_mean_std_shape_error():
+    with pytest.raises(ValueError, match="group_ids"):
+        group_mean_std(t([1.0, 2.0]), torch.tensor([1, 2, 3]))
+
+
+def test_outcome_to_tokens():
+    out = outcome_to_tokens(t([2.0, -1.0]), torch.tensor([[1, 1, 0], [0, 1, 1]]))
+    assert out.tolist() == [[2.0, 2.0, 0.0], [0.0, -1.0, -1.0]]
+    with pytest.raises(ValueError, match=r"\(B,\)"):
+        outcome_to_tokens(t([1.0]), torch.ones(2, 3))
+
+
+# --- KL estimators --------------------------------------------------------------------------
+
+
+def test_kl_penalty_hand():
+    logp = t([[0.0, -1.0]])
+    ref = t([[math.log(2), -1.0]])
+    # k1 = logp - ref = [-ln 2, 0]; k3 = exp(ref - logp) - (ref - logp) - 1 = 2 - ln 2 - 1 = 0.30685
+    assert kl_penalty(logp, ref, "k1").tolist()[0] == pytest.approx([-0.693147, 0.0], abs=1e-6)
+    assert kl_penalty(logp, ref, "k3").tolist()[0] == pytest.approx([0.306853, 0.0], abs=1e-6)
+    # verl's low_var_kl clamps: log-ratio 50 -> 20, exp(20) - 21 -> clamped to 10
+    assert kl_penalty(t([0.0]), t([50.0]), "k3").item() == 10.0
+    with pytest.raises(ValueError, match="k1.*k3"):
+        kl_penalty(logp, ref, "k2")
+
+
+# --- clipped surrogate ----------------------------------------------------------------------
+
+# Four tokens: A=+1 ratio 1.25 | A=-1 ratio 4 | A=-1 ratio 0.5 | padding (NaN garbage).
+LOGP = t([[math.log(1.25), math.log(4.0), math.log(0.5), NAN]])
+OLD = t([[0.0, 0.0, 0.0, NAN]])
+ADV = t([[1.0, -1.0, -1.0, NAN]])
+PAD = torch.tensor([[1, 1, 1, 0]])
+
+
+def test_clipped_surrogate_symmetric_clip_and_dual_clip():
+    # t0: max(-1.25, -1.2) = -1.2 (clipped); t1: max(4, 1.2) = 4, dual-clip min(4, 3) = 3;
+    # t2: max(0.5, 0.8) = 0.8 (clipped); padding 0.
+    pg, stats = clipped_surrogate(LOGP, OLD, ADV, PAD, 0.2, 0.2, 3.0)
+    assert pg.tolist()[0] == pytest.approx([-1.2, 3.0, 0.8, 0.0])
+    assert stats["clip_frac"].item() == pytest.approx(2 / 3)
+    assert stats["dual_clip_frac"].item() == pytest.approx(1 / 3)
+    # approx_kl = mean(old - logp) = -(ln 1.25 + ln 4 + ln 0.5) / 3 = -0.305430
+    assert stats["approx_kl"].item() == pytest.approx(-0.305430, abs=1e-6)
+
+
+def test_clipped_surrogate_without_dual_clip():
+    pg, stats = clipped_surrogate(LOGP, OLD, ADV, PAD, 0.2, 0.2, None)
+    assert pg.tolist()[0] == pytest.approx([-1.2, 4.0, 0.8, 0.0])
+    assert "dual_clip_frac" not in stats
+
+
+def test_clipped_surrogate_clip_higher():
+    # eps_high 0.28: ratio 1.25 < 1.28 is no longer clipped -> -1.25
+    pg, stats = clipped_surrogate(LOGP, OLD, ADV, PAD, 0.2, 0.28, None)
+    assert pg.tolist()[0] == pytest.approx([-1.25, 4.0, 0.8, 0.0])
+    assert stats["clip_frac"].item() == pytest.approx(1 / 3)
+
+
+def test_clipped_surrogate_gradient_zero_in_padding_and_clipped_tokens():
+    logp = LOGP.clone().requires_grad_(True)
+    pg, _ = clipped_surrogate(logp, OLD, ADV, PAD, 0.2, 0.2, 3.0)
+    pg.sum().backward()
+    grad = logp.grad[0].tolist()
+    # t0, t2 clipped and t1 dual-clipped: constant in logp -> 0; padding exactly 0, not NaN
+    assert grad == [0.0, 0.0, 0.0, 0.0]
+    logp.grad = None
+    pg, _ = clipped_surrogate(logp, OLD, -ADV, PAD, 0.2, 0.2, 3.0)
+    pg.sum().backward()
+    # A=-1 ratio 1.25 unclipped? max(1.25, 1.2) = 1.25 -> d/dlogp (ratio) = 1.25
+    assert logp.grad[0, 0].item() == pytest.approx(1.25)
+    assert torch.isfinite(logp.grad).all()
+
+
+def test_log_ratio_is_clamped():
+    pg, _ = clipped_surrogate(t([[100.0]]), t([[0.0]]), t([[-1.0]]), torch.ones(1, 1), 0.2, 0.2)
+    assert pg.item() == pytest.approx(math.exp(20.0), rel=1e-5)
+
+
+# --- misc -----------------------------------------------------------------------------------
+
+
+def test_explained_variance():
+    target = t([1.0, 0.0, 1.0])
+    assert explained_variance(target, target).item() == pytest.approx(1.0)
+    assert explained_variance(torch.full((3,), 2 / 3), target).item() == pytest.approx(
+        0.0, abs=1e-6
+    )
+    # p = [.5, .5, .75]: Var(R) = 2/9, Var(R - p) = 0.180556 -> 1 - 0.8125 = 0.1875
+    assert explained_variance(t([0.5, 0.5, 0.75]), target).item() == pytest.approx(0.1875)
+    assert math.isnan(explained_variance(t([0.1, 0.2]), t([1.0, 1.0])).item())
+    masked = explained_variance(t([1.0, NAN]), t([1.0, 5.0]), torch.tensor([True, False]))
+    assert math.isnan(masked.item())  # one valid target: no variance
+
+
+def test_to_floats():
+    out = to_floats({"a": torch.tensor(1.5), "b": torch.tensor([2])})
+    assert out == {"a": 1.5, "b": 2.0}
+    assert all(type(v) is float for v in out.values())
+    assert to_floats({}) == {}

@@ -1,0 +1,161 @@
+"""The registry: decorator, lookups, errors and entry-point plugin discovery."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from algorithms import (
+    Algorithm,
+    ConfigError,
+    UnknownAlgorithmError,
+    algorithm_class,
+    get_algorithm,
+    list_algorithms,
+    register_algorithm,
+)
+from algorithms.base import ENTRY_POINT_GROUP, _reset_plugins_loaded, _restore_registry, _unregister
+from algorithms.common import outcome_to_tokens
+
+BUILTINS = ["dapo", "grpo", "ppo", "remax", "rloo", "sppo"]
+
+
+class _Constant(Algorithm):
+    """A = R on every token: the smallest complete algorithm."""
+
+    def advantages(
+        self, rewards, response_mask, group_ids, values=None, baseline_rewards=None, token_kl=None
+    ):
+        return outcome_to_tokens(rewards, response_mask), None
+
+
+def test_builtins_are_registered_and_sorted():
+    names = list_algorithms()
+    assert set(BUILTINS) <= set(names)
+    assert names == sorted(names)
+
+
+def test_register_from_a_test_module_then_unregister():
+    try:
+        cls = register_algorithm("test_constant")(_Constant)
+        assert cls is _Constant and cls.name == "test_constant"
+        assert "test_constant" in list_algorithms()
+        algo = get_algorithm("test_constant", clip_ratio_high=0.3)
+        assert isinstance(algo, _Constant) and algo.config.clip_ratio_high == 0.3
+        adv, _ = algo.advantages(torch.tensor([2.0]), torch.ones(1, 2), None)
+        assert adv.tolist() == [[2.0, 2.0]]
+    finally:
+        _unregister("test_constant")
+    assert "test_constant" not in list_algorithms()
+
+
+def test_duplicate_name_raises():
+    with pytest.raises(ValueError, match="'grpo' is already registered"):
+        register_algorithm("grpo")(type("Other", (_Constant,), {}))
+
+
+def test_register_rejects_incomplete_classes():
+    class Abstract(Algorithm):
+        pass
+
+    with _restore_registry():
+        with pytest.raises(TypeError, match="advantages"):
+            register_algorithm("abstract")(Abstract)
+        with pytest.raises(TypeError, match="Algorithm subclass"):
+            register_algorithm("notalgo")(dict)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="must match"):
+            register_algorithm("bad name")
+        assert "abstract" not in list_algorithms()
+
+
+def test_unknown_algorithm_lists_registered_names():
+    with pytest.raises(
+        UnknownAlgorithmError, match="unknown algorithm 'spo'; registered: dapo, grpo"
+    ):
+        get_algorithm("spo")
+    # both a KeyError and a ConfigError, so either way of catching it works
+    with pytest.raises(KeyError):
+        algorithm_class("spo")
+    with pytest.raises(ConfigError):
+        algorithm_class("spo")
+
+
+def test_restore_registry_undoes_registrations():
+    with _restore_registry():
+        register_algorithm("temp_algo")(type("Temp", (_Constant,), {}))
+        assert "temp_algo" in list_algorithms()
+    assert "temp_algo" not in list_algorithms()
+
+
+# --- entry-point plugins --------------------------------------------------------------------
+
+PLUGIN_MODULE = "sppo_bench_test_plugin_mod"
+
+
+def _write_plugin(root: Path) -> None:
+    (root / f"{PLUGIN_MODULE}.py").write_text(
+        textwrap.dedent(
+            """
+            from algorithms import Algorithm, register_algorithm
+            from algorithms.common import outcome_to_tokens
+
+
+            class _Base(Algorithm):
+                def advantages(self, rewards, response_mask, group_ids, values=None,
+                               baseline_rewards=None, token_kl=None):
+                    return outcome_to_tokens(rewards, response_mask), None
+
+
+            @register_algorithm("plugin_decorated")
+            class Decorated(_Base):
+                pass
+
+
+            class Undecorated(_Base):
+                pass
+            """
+        )
+    )
+    dist = root / "sppo_bench_test_plugin-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: sppo-bench-test-plugin\nVersion: 0.1\n"
+    )
+    (dist / "entry_points.txt").write_text(
+        f"[{ENTRY_POINT_GROUP}]\n"
+        f"plugin_decorated = {PLUGIN_MODULE}\n"
+        f"plugin_class = {PLUGIN_MODULE}:Undecorated\n"
+        "plugin_broken = sppo_bench_no_such_module_xyz\n"
+    )
+
+
+def test_entry_point_plugins_are_discovered(tmp_path, monkeypatch, caplog):
+    _write_plugin(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, PLUGIN_MODULE, raising=False)
+    try:
+        with _restore_registry(), caplog.at_level(logging.WARNING, logger="algorithms.base"):
+            _reset_plugins_loaded()
+            names = list_algorithms()
+            # a module entry point registers through its decorator; a class entry point is
+            # registered under the entry point's name; a broken one only warns
+            assert {"plugin_decorated", "plugin_class"} <= set(names)
+            assert set(BUILTINS) <= set(names)
+            assert "plugin_broken" not in names
+            assert "plugin_broken" in caplog.text and "ModuleNotFoundError" in caplog.text
+            algo = get_algorithm("plugin_class")
+            assert algo.name == "plugin_class"
+            adv, _ = algo.advantages(torch.tensor([1.0]), torch.ones(1, 1), None)
+            assert adv.item() == 1.0
+            # loaded once: a second lookup neither re-imports nor warns again
+            caplog.clear()
+            assert list_algorithms() == names
+            assert caplog.text == ""
+        assert "plugin_decorated" not in list_algorithms()
+    finally:
+        sys.modules.pop(PLUGIN_MODULE, None)
