@@ -78,7 +78,7 @@ def _print_result(result) -> None:  # noqa: ANN001
 
     from benchmarks import metrics as M
 
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 120)
     table = Table(title=f"sppo-bench suite ({result.experiment}), {result.wall_s:.0f} s")
     for col in (
         "algorithm",

@@ -303,13 +303,15 @@ def _take(rows: Iterable[Problem | None], limit: int | None, source: str) -> lis
     """Drop empty-answer rows (``None``), log how many, and apply ``limit``."""
     out: list[Problem] = []
     skipped = 0
+    if limit == 0:
+        return out
     for problem in rows:
         if problem is None:
             skipped += 1
             continue
-        if limit is not None and len(out) >= limit:
-            continue  # keep counting skipped rows for an honest warning
         out.append(problem)
+        if limit is not None and len(out) >= limit:
+            break
     if skipped:
         logger.warning("%s: skipped %d row(s) with an empty answer", source, skipped)
     return out

@@ -161,8 +161,8 @@ def extract_answer(text: str, kind: str) -> str | None:
     """The final answer written in ``text``, or ``None`` when there is none.
 
     ``kind="boxed"``: the content of the last ``\\boxed{...}`` or ``\\fbox{...}`` (braces
-    matched; an unclosed last box gives ``None``), else the phrase after the last "answer is"
-    (``$`` and a final period stripped). No last-number fallback: LaTeX answers are rarely a bare
+    matched); with no box, or a last box left unclosed (a response cut at the length limit), the
+    phrase after the last "answer is" (``$`` and a final period stripped). No last-number fallback: LaTeX answers are rarely a bare
     number, and the math-verify grader does its own, more careful extraction; this function is
     for display (eval tables) and dataset preparation.
 
@@ -187,6 +187,7 @@ def extract_answer(text: str, kind: str) -> str | None:
         answer = matches[-1].group(1).strip().strip("$").strip().rstrip(".").strip()
         return answer or None
     if kind == "integer":
+        text = text.replace("\u2212", "-")  # Unicode minus, as some models write it
         box_at, boxed = _last_boxed(text)
         hash_at = text.rfind("####")
         if hash_at > box_at:
@@ -386,15 +387,21 @@ class _Worker:
     item: int | None = None
     deadline: float = math.inf
     pid: int | None = None
+    graded: int = 0
+
+
+def _ask_to_stop(w: _Worker) -> None:
+    try:
+        if w.ready and w.item is None:
+            w.conn.send(None)
+    except (OSError, ValueError):
+        pass
 
 
 def _stop_worker(w: _Worker, graceful: bool) -> None:
-    try:
-        if graceful and w.ready and w.item is None:
-            w.conn.send(None)
-            w.process.join(timeout=1.0)
-    except (OSError, ValueError):
-        pass
+    if graceful:
+        _ask_to_stop(w)
+        w.process.join(timeout=2.0)
     if w.process.is_alive():
         w.process.kill()
         w.process.join(timeout=5.0)
@@ -403,6 +410,8 @@ def _stop_worker(w: _Worker, graceful: bool) -> None:
 
 def _shutdown(workers: list[_Worker]) -> None:
     """Stop every worker (also run by the finaliser when a Grader is garbage collected)."""
+    for w in workers:
+        _ask_to_stop(w)  # all at once, then wait: they exit in parallel
     for w in workers:
         _stop_worker(w, graceful=True)
     workers.clear()
@@ -427,6 +436,8 @@ class Grader:
         memory_limit_bytes: Address-space growth allowed per worker (``None``: no cap).
         max_response_chars: Only this many trailing characters of a response are graded.
         startup_timeout_s: Time a worker may take to import math-verify and report ready.
+        recycle_after: Replace a worker after it has graded this many items (``None``: never),
+            so caches that grow over a long training run are dropped now and then.
 
     Use as a context manager or call :meth:`close`; :meth:`grade` is serialised by a lock.
     """
@@ -441,6 +452,7 @@ class Grader:
         memory_limit_bytes: int | None = 2 << 30,
         max_response_chars: int = 32_768,
         startup_timeout_s: float = 120.0,
+        recycle_after: int | None = 50_000,
     ) -> None:
         if kind not in ("integer", "math_verify"):
             raise ValueError(f"unknown grader kind {kind!r}; valid: integer, math_verify")
@@ -450,6 +462,8 @@ class Grader:
             )
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
+        if recycle_after is not None and recycle_after < 1:
+            raise ValueError(f"recycle_after must be >= 1 or None, got {recycle_after}")
         if max_response_chars < 1:
             raise ValueError(f"max_response_chars must be >= 1, got {max_response_chars}")
         self.kind: GraderKind = kind
@@ -459,6 +473,7 @@ class Grader:
         self.memory_limit_bytes = memory_limit_bytes
         self.max_response_chars = max_response_chars
         self.startup_timeout_s = float(startup_timeout_s)
+        self.recycle_after = recycle_after
         self._ctx = mp.get_context("spawn")
         self._pool: list[_Worker] = []
         self._lock = threading.Lock()
@@ -662,6 +677,9 @@ class Grader:
                 batch.scores[w.item] = 0.0
                 batch.errors += 1
             w.item, w.deadline = None, math.inf
+            w.graded += 1
+            if self.recycle_after is not None and w.graded >= self.recycle_after:
+                self._replace(w)  # bounds slow growth of sympy/math-verify caches
 
     def _worker_pids(self) -> list[int | None]:
         """Pids of the current workers (tests use it to see a worker replaced)."""

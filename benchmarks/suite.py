@@ -86,6 +86,13 @@ def _as_dict(node: Any) -> dict[str, Any]:
 
 def validate(cfg: Any) -> _Plan:
     """Build every algorithm, trainer config and the budget; raise ConfigError naming the field."""
+    import importlib
+
+    for module in cfg.get("plugins") or []:
+        try:
+            importlib.import_module(str(module))
+        except ImportError as e:
+            raise ConfigError(f"plugins: cannot import {module!r}: {e}") from e
     algos = _as_dict(cfg.algorithm)
     if not algos:
         raise ConfigError("algorithm: select at least one, e.g. algorithm=[sppo,grpo]")

@@ -7,10 +7,12 @@ reasoning steps) lets the long-horizon claim of SPPO be probed on CPU.
 Simplifications versus the paper's setting, on purpose:
 - arithmetic is modulo 10 and left to right, so every intermediate result is one character and a
   2-layer model can learn the per-step table;
-- the supervised warm-start corpus mixes worked solutions with bare answers
-  (``sft_direct_fraction``). A model trained on it knows how to reason step by step but does not
-  always choose to; outcome-reward RL then has the job it has at scale (sharpening a behaviour the
-  model already has, rather than teaching new facts from a sparse reward), at CPU cost.
+- demonstrations come in two styles, the worked chain and the bare answer (``sft_target``). The
+  warm start (:mod:`benchmarks.warmstart`) first teaches the chain, then a mix dominated by bare
+  answers, as pre-training then terse instruction tuning would: the model can reason step by step
+  but mostly does not. Outcome-reward RL then has the job it has at scale (eliciting and sharpening
+  a behaviour the model already has, rather than teaching new facts from a sparse reward), at CPU
+  cost.
 """
 
 from __future__ import annotations
@@ -81,17 +83,13 @@ class ArithTask:
         horizon: int = 2,
         test_fraction: float = 0.2,
         eval_size: int = 1000,
-        sft_direct_fraction: float = 0.5,
         seed: int = 0,
     ) -> None:
         if horizon < 1 or horizon > 6:
             raise ValueError(f"task.horizon={horizon} is not allowed: use an integer in [1, 6]")
         if not 0.0 < test_fraction < 1.0:
             raise ValueError(f"task.test_fraction={test_fraction} must be in (0, 1)")
-        if not 0.0 <= sft_direct_fraction <= 1.0:
-            raise ValueError(f"task.sft_direct_fraction={sft_direct_fraction} must be in [0, 1]")
         self.horizon = horizon
-        self.sft_direct_fraction = sft_direct_fraction
         self.seed = seed
         train, test = [], []
         for digits in itertools.product(range(10), repeat=horizon + 1):
@@ -123,10 +121,10 @@ class ArithTask:
     def eval_problems(self) -> Sequence[TaskProblem]:
         return self._test
 
-    def sft_target(self, problem: TaskProblem, rng: random.Random) -> str:
-        """Warm-start demonstration: the worked chain, or with probability
-        ``sft_direct_fraction`` only the final answer (see the module docstring for why)."""
-        if rng.random() < self.sft_direct_fraction:
+    def sft_target(self, problem: TaskProblem, rng: random.Random, direct_fraction: float) -> str:
+        """Warm-start demonstration: the worked chain, or with probability ``direct_fraction``
+        only the final answer (see the module docstring for why)."""
+        if rng.random() < direct_fraction:
             return f"#{problem.answer}"
         assert problem.solution is not None
         return problem.solution

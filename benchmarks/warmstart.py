@@ -27,7 +27,7 @@ __all__ = ["WARMSTART_VERSION", "config_hash", "warm_start"]
 log = logging.getLogger(__name__)
 
 #: Bump when the warm-start procedure changes, so old caches are not reused.
-WARMSTART_VERSION = 1
+WARMSTART_VERSION = 2
 
 
 def config_hash(parts: Mapping[str, Any]) -> str:
@@ -48,11 +48,18 @@ def _sft(
     engine = TorchEngine(model, tokenizer)
     stop = cfg.get("stop_accuracy")
     acc = float("nan")
+    phases = [(int(p["steps"]), float(p["direct_fraction"])) for p in cfg["phases"]]
+    if not phases or any(n < 0 or not 0.0 <= d <= 1.0 for n, d in phases):
+        raise ValueError(
+            f"warmstart.phases={cfg['phases']}: need a list of {{steps >= 0, direct_fraction in [0, 1]}}"
+        )
+    schedule = [d for n, d in phases for _ in range(n)]
+    total = len(schedule)
     step = 0
     model.train()
-    for step in range(1, int(cfg["steps"]) + 1):
+    for step, direct in enumerate(schedule, start=1):
         batch = rng.sample(train, int(cfg["batch_size"]))
-        targets = [task.sft_target(p, rng) + tokenizer.eos_token for p in batch]
+        targets = [task.sft_target(p, rng, direct) + tokenizer.eos_token for p in batch]
         pid, pm = encode_prompts(tokenizer, [p.prompt for p in batch])
         enc = tokenizer(
             targets,
@@ -67,7 +74,7 @@ def _sft(
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        if step % int(cfg["eval_every"]) == 0 or step == int(cfg["steps"]):
+        if step % int(cfg["eval_every"]) == 0 or step == total:
             acc = evaluate_greedy(engine, task, val, max_new_tokens).accuracy
             log.info(
                 "warm start step %d: loss %.3f, validation greedy accuracy %.3f",
@@ -75,7 +82,8 @@ def _sft(
                 loss.item(),
                 acc,
             )
-            if stop is not None and acc >= float(stop):
+            last_phase = step > total - phases[-1][0]
+            if stop is not None and last_phase and acc >= float(stop):
                 break
     model.eval()
     return {"steps": step, "val_accuracy": acc}

@@ -24,8 +24,8 @@ import pytest
 from benchmarks.datasets import DATA_DIR_ENV, DATASETS, load_dataset
 from benchmarks.grading import (
     DEBUG_ENV,
-    GradeResult,
     Grader,
+    GradeResult,
     avg_at_k,
     extract_answer,
     pass_at_k,
@@ -43,7 +43,9 @@ def _find_data_dir() -> Path | None:
 
 
 DATA_DIR = _find_data_dir()
-needs_data = pytest.mark.skipif(DATA_DIR is None, reason="no ../shared/data and no $SPPO_BENCH_DATA")
+needs_data = pytest.mark.skipif(
+    DATA_DIR is None, reason="no ../shared/data and no $SPPO_BENCH_DATA"
+)
 
 
 def _raw_rows(name: str) -> list[dict[str, object]]:
@@ -156,7 +158,9 @@ def test_integer_datasets_gold_vs_gold(name: str) -> None:
     rows = _raw_rows(name)
     golds = [str(r["answer"]) for r in rows]
     spelled = [_say(r.get("source_answer", r["answer"])) for r in rows]
-    gsm_style = [f"{r.get('solution', '')}\n#### {r.get('source_answer', r['answer'])}" for r in rows]
+    gsm_style = [
+        f"{r.get('solution', '')}\n#### {r.get('source_answer', r['answer'])}" for r in rows
+    ]
     neighbours = golds[1:] + golds[:1]
     with Grader("integer") as g:
         assert g.grade(spelled, golds).scores == [1.0] * len(rows)
@@ -187,7 +191,10 @@ def test_math_verify_equivalences(mv: Grader) -> None:
 
 
 @needs_data
-@pytest.mark.parametrize(("name", "sample"), [("math500", None), ("minerva", None), ("math", 300)])
+@pytest.mark.parametrize(
+    ("name", "sample"),
+    [("math500", None), ("minerva", None), ("olympiadbench", None), ("math", 300)],
+)
 def test_latex_datasets_gold_vs_gold(mv: Grader, name: str, sample: int | None) -> None:
     problems = load_dataset(name, data_dir=DATA_DIR)
     if sample is not None:
@@ -252,7 +259,9 @@ def test_timeouts_and_crashes_are_counted_exactly(debug_grader: Grader) -> None:
     assert after == GradeResult(scores=[1.0, 0.0], timeouts=0, errors=0)
 
 
-def test_debug_prefix_is_plain_text_without_env(mv: Grader, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_debug_prefix_is_plain_text_without_env(
+    mv: Grader, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(DEBUG_ENV, "1")  # too late: the pool's workers started without it
     mv.start()
     pids = mv._worker_pids()
@@ -270,7 +279,7 @@ def _hostile(marker: Path) -> list[str]:
         f"${touch}$",
         f"The answer is {touch}",
         f"Answer: {touch}",
-        f"eval(\"{touch}\")",
+        f'eval("{touch}")',
         f"exec('import os; os.system(\"touch {m}\")')",
         f"import os; os.system('touch {m}')",
         f"\\boxed{{open('{m}', 'w').write('x')}}",
@@ -338,9 +347,17 @@ def _hostile(marker: Path) -> list[str]:
     return code + towers + nesting + long + weird
 
 
-def test_hostile_outputs(mv: Grader, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def quick() -> Iterator[Grader]:
+    """A short deadline: the mechanism is the same as at 3 s, the test just waits less."""
+    with Grader("math_verify", timeout_s=0.5, kill_grace_s=0.5) as grader:
+        yield grader
+
+
+def test_hostile_outputs(quick: Grader, tmp_path: Path) -> None:
     """Every nasty string scores 0 within the deadline plus a margin, without side effects, and
     the pool serves normally afterwards."""
+    mv = quick
     marker = tmp_path / "pwned"
     hostile = _hostile(marker)
     assert len(hostile) >= 50
@@ -366,6 +383,25 @@ def test_hostile_outputs(mv: Grader, tmp_path: Path) -> None:
     print(f"hostile: {len(hostile)} strings, {timeouts} timeouts, {errors} errors")
 
 
+def test_integer_grader_on_hostile_outputs(tmp_path: Path) -> None:
+    hostile = _hostile(tmp_path / "pwned")
+    start = time.monotonic()
+    with Grader("integer") as g:
+        result = g.grade(hostile, ["17"] * len(hostile))
+    assert result == GradeResult(scores=[0.0] * len(hostile), timeouts=0, errors=0)
+    assert time.monotonic() - start < 5.0
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_workers_are_recycled() -> None:
+    with Grader("math_verify", recycle_after=2) as g:
+        g.start()
+        pids = g._worker_pids()
+        result = g.grade([_say(i) for i in range(5)], [str(i % 2) for i in range(5)])
+        assert result.scores == [1.0, 1.0, 0.0, 0.0, 0.0]
+        assert g._worker_pids() != pids
+
+
 def test_parent_never_imports_sympy() -> None:
     """The caller's process grades with math-verify without importing sympy or math-verify."""
     code = (
@@ -382,6 +418,14 @@ def test_parent_never_imports_sympy() -> None:
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stderr
+
+
+def test_start_up_failure_is_reported_and_recovers() -> None:
+    with Grader("math_verify", startup_timeout_s=0.01) as g:
+        with pytest.raises(RuntimeError, match="did not start"):
+            g.grade(["\\boxed{1}"], ["1"])
+        g.startup_timeout_s = 120.0
+        assert g.grade(["\\boxed{1}"], ["1"]).scores == [1.0]
 
 
 def test_closed_grader_refuses() -> None:
