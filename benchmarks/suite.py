@@ -7,10 +7,11 @@ run, and ends with a table, a plot of accuracy versus compute and an analysis re
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -186,8 +187,38 @@ def _load_hf(cfg: Any):  # noqa: ANN202
     return model, tok
 
 
-def run_suite(cfg: Any, *, progress: bool = True) -> SuiteResult:
-    """Run the suite described by a composed config (see ``benchmarks/conf/config.yaml``)."""
+@dataclass
+class _Ctx:
+    """What every run of one invocation shares."""
+
+    cfg: Any
+    plan: _Plan
+    client: Any
+    exp_id: str
+    tags: dict[str, str]
+    resolved: dict[str, Any]
+    task: Task
+    tokenizer: Any
+    bar: Any
+    on_eval: Callable[[str, int, float, float], None] | None
+
+
+def run_suite(
+    cfg: Any,
+    *,
+    progress: bool = True,
+    parent_run_id: str | None = None,
+    extra_tags: Mapping[str, str] | None = None,
+    on_eval: Callable[[str, int, float, float], None] | None = None,
+) -> SuiteResult:
+    """Run the suite described by a composed config (see ``benchmarks/conf/config.yaml``).
+
+    By default the runs nest under a new parent run, and the suite ends with a plot and a report.
+    With ``parent_run_id`` (a sweep's trial) the runs nest under that run instead, and no plot or
+    report is made. ``on_eval(algorithm, seed, budget_fraction, accuracy)`` is called at every
+    evaluation; an exception it raises (e.g. ``optuna.TrialPruned``) ends the suite.
+    """
+    from mlflow.tracking import MlflowClient
     from omegaconf import OmegaConf
 
     t0 = time.perf_counter()
@@ -212,13 +243,11 @@ def run_suite(cfg: Any, *, progress: bool = True) -> SuiteResult:
     uri = cfg.tracking.uri or default_tracking_uri()
     exp_name = str(cfg.tracking.experiment)
     exp_id = prepare_store(uri, exp_name)
-    from mlflow.tracking import MlflowClient
-
     client = MlflowClient(uri)
     out_dir = Path(cfg.output_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    common_tags = {
+    tags = {
         M.TAG_TASK: str(cfg.task.name),
         M.TAG_MODEL: str(cfg.model.name_or_path or "tiny-llama"),
         M.TAG_ENGINE: str(cfg.engine.name),
@@ -226,70 +255,49 @@ def run_suite(cfg: Any, *, progress: bool = True) -> SuiteResult:
         M.TAG_BUDGET_LIMIT: str(plan.budget.limit),
         M.TAG_GIT_COMMIT: git_commit(),
         M.TAG_VERSION: _version(),
+        **({"horizon": str(cfg.task.horizon)} if cfg.task.name == "arith" else {}),
+        **dict(extra_tags or {}),
     }
-    result = SuiteResult([], uri, exp_name, None, out_dir)
-    with MlflowTracker.start(
-        client,
-        exp_id,
-        run_name=f"suite-{cfg.suite.name}",
-        tags={**common_tags, M.TAG_ROLE: "suite"},
-        params=flatten(resolved),
-    ) as parent:
-        result.parent_run_id = parent.run_id
-        parent.log_dict(resolved, "config.yaml")
-        with _progress(progress) as bar:
+    result = SuiteResult([], uri, exp_name, parent_run_id, out_dir)
+    with contextlib.ExitStack() as stack:
+        parent = None
+        if parent_run_id is None:
+            parent = stack.enter_context(
+                MlflowTracker.start(
+                    client,
+                    exp_id,
+                    run_name=f"suite-{cfg.suite.name}",
+                    tags={**tags, M.TAG_ROLE: "suite"},
+                    params=flatten(resolved),
+                )
+            )
+            result.parent_run_id = parent.run_id
+            parent.log_dict(resolved, "config.yaml")
+        bar = stack.enter_context(_progress(progress))
+        ctx = _Ctx(cfg, plan, client, exp_id, tags, resolved, task, tokenizer, bar, on_eval)
+        try:
             for seed in plan.seeds:
                 if real_model:
-                    start, ws_info = (
-                        base_model,
-                        {"steps": 0, "val_accuracy": float("nan"), "cached": False},
-                    )
+                    start, ws_info = base_model, {"steps": 0, "val_accuracy": float("nan")}
                 else:
                     start, ws_info = _load_start_model(cfg, seed, task, tokenizer)
                 result.warmstart[str(seed)] = ws_info
                 start.to(device)
                 for name, alg in plan.algorithms.items():
-                    result.runs.append(
-                        _run_one(
-                            cfg,
-                            client,
-                            exp_id,
-                            parent.run_id,
-                            common_tags,
-                            resolved,
-                            name,
-                            alg,
-                            plan,
-                            seed,
-                            start,
-                            tokenizer,
-                            task,
-                            bar,
-                        )
-                    )
-        task.close()
+                    result.runs.append(_run_one(ctx, result.parent_run_id, name, alg, seed, start))
+        finally:
+            task.close()
         result.wall_s = time.perf_counter() - t0
-        parent.log_metrics({"suite/wall_s": result.wall_s}, step=0)
-        _finish(result, cfg, parent)
+        if parent is not None:
+            parent.log_metrics({"suite/wall_s": result.wall_s}, step=0)
+            _finish(result, cfg, parent)
     return result
 
 
 def _run_one(
-    cfg,
-    client,
-    exp_id,
-    parent_id,
-    tags,
-    resolved,
-    name,
-    alg,
-    plan,
-    seed,
-    start,
-    tokenizer,
-    task,
-    bar,
+    ctx: _Ctx, parent_id: str | None, name: str, alg: Algorithm, seed: int, start
 ) -> RunSummary:  # noqa: ANN001, E501
+    cfg, plan, resolved = ctx.cfg, ctx.plan, ctx.resolved
     tcfg = plan.trainer[name]
     run_params = flatten(
         {
@@ -302,14 +310,15 @@ def _run_one(
         }
     )
     summary = RunSummary(name, seed, None, "FAILED")
+    bar = ctx.bar
     task_id = bar.add_task(f"{name} seed {seed}", total=1.0, acc="-")
     try:
         with MlflowTracker.start(
-            client,
-            exp_id,
+            ctx.client,
+            ctx.exp_id,
             run_name=f"{name}-s{seed}",
             parent_run_id=parent_id,
-            tags={**tags, M.TAG_ROLE: "run", M.TAG_ALGORITHM: name, M.TAG_SEED: str(seed)},
+            tags={**ctx.tags, M.TAG_ROLE: "run", M.TAG_ALGORITHM: name, M.TAG_SEED: str(seed)},
             params=run_params,
         ) as tracker:
             summary.run_id = tracker.run_id
@@ -322,13 +331,17 @@ def _run_one(
                 fields = {"acc": f"{m['acc']:.3f}"} if "acc" in m else {}
                 bar.update(task_id, completed=min(frac, 1.0), **fields)
 
+            def on_eval(frac: float, res) -> None:  # noqa: ANN001
+                if ctx.on_eval is not None:
+                    ctx.on_eval(name, seed, frac, res.accuracy)
+
             trainer = RLTrainer(
                 algorithm=alg,
                 policy=policy,
-                tokenizer=tokenizer,
-                task=task,
+                tokenizer=ctx.tokenizer,
+                task=ctx.task,
                 engine_factory=lambda m: TorchEngine(
-                    m, tokenizer, batch_size=int(cfg.engine.rollout_batch_size)
+                    m, ctx.tokenizer, batch_size=int(cfg.engine.rollout_batch_size)
                 ),
                 budget=plan.budget,
                 config=tcfg,
@@ -338,6 +351,7 @@ def _run_one(
                 reference=reference,
                 critic_base=start,
                 on_progress=on_progress,
+                on_eval=on_eval,
             )
             evals = trainer.train()
             bar.update(task_id, completed=1.0)

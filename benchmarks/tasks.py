@@ -69,8 +69,8 @@ def _split_of(key: str, test_fraction: float) -> str:
 class ArithTask:
     """Left-to-right arithmetic modulo 10 with a chain of thought, e.g. ``7+5*3=`` -> ``7+5=2;2*3=6;#6``.
 
-    Every problem with ``horizon`` operations is enumerated (10^(h+1)·3^h of them) and split into
-    disjoint train / held-out sets by a hash of its text, so no held-out problem is ever trained on.
+    Problems with ``horizon`` operations are split into disjoint train / held-out sets by a hash of
+    their text, so no held-out problem is ever trained on, whatever the seed or horizon.
     """
 
     name = "arith"
@@ -83,25 +83,43 @@ class ArithTask:
         horizon: int = 2,
         test_fraction: float = 0.2,
         eval_size: int = 1000,
-        seed: int = 0,
+        max_problems: int = 100_000,
     ) -> None:
-        if horizon < 1 or horizon > 6:
-            raise ValueError(f"task.horizon={horizon} is not allowed: use an integer in [1, 6]")
+        if horizon < 1 or horizon > 12:
+            raise ValueError(f"task.horizon={horizon} is not allowed: use an integer in [1, 12]")
         if not 0.0 < test_fraction < 1.0:
             raise ValueError(f"task.test_fraction={test_fraction} must be in (0, 1)")
-        self.horizon = horizon
-        self.seed = seed
-        train, test = [], []
-        for digits in itertools.product(range(10), repeat=horizon + 1):
-            for ops in itertools.product(_OPS, repeat=horizon):
-                p = self._make(digits, ops)
-                (test if _split_of(p.prompt, test_fraction) == "test" else train).append(p)
         if eval_size < 1:
             raise ValueError(f"task.eval_size={eval_size} must be >= 1")
-        rng = random.Random(seed)
-        rng.shuffle(test)
+        self.horizon = horizon
+        train, test = [], []
+        for p in self._problems(horizon, max_problems):
+            (test if _split_of(p.prompt, test_fraction) == "test" else train).append(p)
+        # The held-out subset is fixed (not seeded per run): every seed and algorithm is
+        # evaluated on the same problems.
+        random.Random(0).shuffle(test)
         self._train = train
         self._test = test[:eval_size]
+
+    @classmethod
+    def _problems(cls, horizon: int, max_problems: int) -> list[TaskProblem]:
+        """All problems when there are at most ``max_problems`` (10^(h+1)·3^h), else that many
+        distinct ones drawn with a fixed seed, so the set never depends on the run's seed."""
+        if 10 ** (horizon + 1) * 3**horizon <= max_problems:
+            return [
+                cls._make(digits, ops)
+                for digits in itertools.product(range(10), repeat=horizon + 1)
+                for ops in itertools.product(_OPS, repeat=horizon)
+            ]
+        rng = random.Random(horizon)
+        seen: dict[str, TaskProblem] = {}
+        ops_list = list(_OPS)
+        while len(seen) < max_problems:
+            digits = [rng.randrange(10) for _ in range(horizon + 1)]
+            ops = [rng.choice(ops_list) for _ in range(horizon)]
+            p = cls._make(digits, ops)
+            seen.setdefault(p.prompt, p)
+        return list(seen.values())
 
     @staticmethod
     def _make(digits: Sequence[int], ops: Sequence[str]) -> TaskProblem:

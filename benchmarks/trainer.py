@@ -157,11 +157,13 @@ class RLTrainer:
         reference: torch.nn.Module | None = None,
         critic_base: torch.nn.Module | None = None,
         on_progress: Callable[[float, dict[str, float]], None] | None = None,
+        on_eval: Callable[[float, EvalResult], None] | None = None,
     ) -> None:
         self.alg, self.policy, self.tok, self.task = algorithm, policy, tokenizer, task
         self.budget, self.cfg, self.seed = budget, config, seed
         self.tracker = tracker or NullTracker()
         self.on_progress = on_progress or (lambda f, m: None)
+        self.on_eval = on_eval or (lambda f, r: None)
         n = algorithm.samples_per_prompt
         if config.samples_per_step % n:
             raise ConfigError(
@@ -276,6 +278,7 @@ class RLTrainer:
                 f"eval_samples/{name}_{'final' if fraction >= 1.0 else 'start'}.json",
             )
         self.on_progress(self.budget.fraction(self.meter), {"acc": res.accuracy})
+        self.on_eval(fraction, res)
 
     # ------------------------------------------------------------------ one step
 
