@@ -3,6 +3,7 @@
     sppo-bench run [hydra overrides...]       the default CPU suite, or any suite/config
     sppo-bench algorithms                     registered algorithms and their hyper-parameters
     sppo-bench report [--experiment NAME | --run-id ID] [--out DIR] [--tracking-uri URI]
+    sppo-bench sweep SPEC [--trials N] [--workers W] [--storage URL] [--resume]
 
 Overrides are Hydra's (``algorithm=[sppo,grpo] budget.limit=32768 seeds=3 task.horizon=3``); the
 config tree is ``benchmarks/conf``. Errors in the config exit with status 2 before any compute,
@@ -16,32 +17,12 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+
+from benchmarks.config import compose_config
 
 __all__ = ["compose_config", "main"]
 
-CONF_DIR = Path(__file__).parent / "conf"
 log = logging.getLogger("sppo_bench")
-
-
-def _register_resolvers() -> None:
-    from omegaconf import OmegaConf
-
-    if not OmegaConf.has_resolver("arith_max_tokens"):
-        # "a+b=c;" is 6 characters per step, then "#d" and EOS, plus slack for wrong formats.
-        OmegaConf.register_new_resolver("arith_max_tokens", lambda h: 6 * int(h) + 6)
-
-
-def compose_config(overrides: Sequence[str] = ()) -> Any:
-    """Compose ``benchmarks/conf/config.yaml`` with Hydra overrides (also used by tests, sweeps)."""
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
-    _register_resolvers()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        cfg = compose("config", overrides=list(overrides))
-    OmegaConf.resolve(cfg)
-    return cfg
 
 
 def _config_error(e: Exception) -> str:
@@ -57,17 +38,24 @@ def _cmd_run(overrides: list[str]) -> int:
     from omegaconf.errors import OmegaConfBaseException
 
     from algorithms import ConfigError
-    from benchmarks.suite import run_suite
+    from benchmarks.suite import grid_configs, run_grid, run_suite, validate
 
     try:
         cfg = compose_config(overrides)
-        from benchmarks.suite import validate
-
-        validate(cfg)
-    except (HydraException, OmegaConfBaseException, ConfigError, ValueError, KeyError) as e:
+        grid = grid_configs(cfg, overrides)
+        for _, point in grid or [(None, cfg)]:
+            validate(point)
+    except (
+        HydraException,
+        OmegaConfBaseException,
+        ConfigError,
+        ValueError,
+        KeyError,
+        FileNotFoundError,
+    ) as e:
         sys.stderr.write(f"sppo-bench: configuration error: {_config_error(e)}\n")
         return 2
-    result = run_suite(cfg)
+    result = run_grid(cfg, grid) if grid else run_suite(cfg)
     _print_result(result)
     return 0 if all(r.status == "FINISHED" for r in result.runs) else 1
 
@@ -196,10 +184,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _cmd_algorithms()
     if cmd == "report":
         return _cmd_report(rest)
+    if cmd == "sweep":
+        from sweeps.cli import main as sweep_main
+
+        return sweep_main(rest)
     if cmd in ("-h", "--help", "help"):
         sys.stdout.write(__doc__ or "")
         return 0
-    sys.stderr.write(f"sppo-bench: unknown command {cmd!r}; allowed: run, algorithms, report\n")
+    sys.stderr.write(
+        f"sppo-bench: unknown command {cmd!r}; allowed: run, algorithms, report, sweep\n"
+    )
     return 2
 
 

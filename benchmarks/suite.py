@@ -11,7 +11,7 @@ import contextlib
 import copy
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from benchmarks.tracking import (
 )
 from benchmarks.trainer import RLTrainer, TrainerConfig
 
-__all__ = ["RunSummary", "SuiteResult", "run_suite", "validate"]
+__all__ = ["RunSummary", "SuiteResult", "grid_configs", "run_grid", "run_suite", "validate"]
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,7 @@ class _Plan:
     trainer: dict[str, TrainerConfig]
     budget: Budget
     seeds: list[int]
+    task: Task
 
 
 def _as_dict(node: Any) -> dict[str, Any]:
@@ -88,7 +89,11 @@ def _as_dict(node: Any) -> dict[str, Any]:
 def validate(cfg: Any) -> _Plan:
     """Build every algorithm, trainer config and the budget; raise ConfigError naming the field."""
     import importlib
+    import os
+    import sys
 
+    if cfg.get("plugins") and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # plugin modules of the user's own project
     for module in cfg.get("plugins") or []:
         try:
             importlib.import_module(str(module))
@@ -141,7 +146,29 @@ def validate(cfg: Any) -> _Plan:
     if int(cfg.seeds) < 1:
         raise ConfigError(f"seeds={cfg.seeds} must be >= 1")
     seeds = [int(cfg.seed) + i for i in range(int(cfg.seeds))]
-    return _Plan(built, trainers, budget, seeds)
+    real_model = cfg.model.name_or_path is not None
+    if not real_model and cfg.task.name != "arith":
+        raise ConfigError(
+            f"task={cfg.task.name}: the tiny character model only speaks `arith`; "
+            "set model=hf model.name_or_path=<HF id or directory> for real datasets"
+        )
+    try:
+        task = build_task(cfg.task)  # reads the data now: a missing file fails here
+    except TypeError as e:
+        raise ConfigError(f"task: {e}") from e
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+    ws = _as_dict(cfg.warmstart)
+    for i, ph in enumerate(ws.get("phases") or []):
+        if (
+            set(ph) != {"steps", "direct_fraction"}
+            or int(ph["steps"]) < 0
+            or not 0 <= float(ph["direct_fraction"]) <= 1
+        ):
+            raise ConfigError(
+                f"warmstart.phases[{i}]={ph}: need {{steps: int >= 0, direct_fraction: [0, 1]}}"
+            )
+    return _Plan(built, trainers, budget, seeds, task)
 
 
 def _load_start_model(cfg: Any, seed: int, task: Task, tokenizer) -> tuple[torch.nn.Module, dict]:  # noqa: ANN001
@@ -231,14 +258,10 @@ def run_suite(
     real_model = cfg.model.name_or_path is not None
     if real_model:
         base_model, tokenizer = _load_hf(cfg)
+        task = build_task(cfg.task, tokenizer=tokenizer)  # chat templates need the tokenizer
     else:
         tokenizer = build_char_tokenizer(ArithTask.alphabet)
-    task = build_task(cfg.task, tokenizer=tokenizer if real_model else None)
-    if not real_model and not isinstance(task, ArithTask):
-        raise ConfigError(
-            f"task={cfg.task.name}: the tiny character model only speaks `arith`; "
-            "set model=hf model.name_or_path=<HF id or directory> for real datasets"
-        )
+        task = plan.task
 
     uri = cfg.tracking.uri or default_tracking_uri()
     exp_name = str(cfg.tracking.experiment)
@@ -291,6 +314,69 @@ def run_suite(
         if parent is not None:
             parent.log_metrics({"suite/wall_s": result.wall_s}, step=0)
             _finish(result, cfg, parent)
+    return result
+
+
+def grid_configs(cfg: Any, overrides: Sequence[str]) -> list[tuple[Any, Any]]:
+    """The points of ``suite.grid`` (one config key and its values, e.g. ``task.horizon: [1, 2,
+    4, 8]``), each composed anew so interpolations that depend on the key (the horizon's token
+    limit) follow it. Empty when the suite has no grid."""
+    from omegaconf import ListConfig
+
+    from benchmarks.config import compose_config
+
+    grid = cfg.suite.get("grid") or {}
+    if not grid:
+        return []
+    if len(grid) != 1:
+        raise ConfigError(f"suite.grid: exactly one key is supported, got {sorted(grid)}")
+    key, values = next(iter(grid.items()))
+    if not isinstance(values, ListConfig | list | tuple) or not values:
+        raise ConfigError(f"suite.grid.{key}={values}: needs a non-empty list of values")
+    points = []
+    for v in values:
+        extra = [f"{key}={v}"]
+        if key == "task.horizon":
+            extra.append(f"task.eval_name=arith_h{v}")
+        points.append((v, compose_config([*overrides, *extra])))
+    return points
+
+
+def run_grid(cfg: Any, points: Sequence[tuple[Any, Any]], *, progress: bool = True) -> SuiteResult:
+    """Run one suite per grid point under a single parent run; one report over all of them."""
+    from mlflow.tracking import MlflowClient
+    from omegaconf import OmegaConf
+
+    t0 = time.perf_counter()
+    key = next(iter(cfg.suite.grid))
+    uri = cfg.tracking.uri or default_tracking_uri()
+    exp_id = prepare_store(uri, str(cfg.tracking.experiment))
+    client = MlflowClient(uri)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    out_dir = Path(cfg.output_dir).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result = SuiteResult([], uri, str(cfg.tracking.experiment), None, out_dir)
+    with MlflowTracker.start(
+        client,
+        exp_id,
+        run_name=f"suite-{cfg.suite.name}",
+        tags={M.TAG_ROLE: "suite", M.TAG_TASK: str(cfg.task.name), M.TAG_GIT_COMMIT: git_commit()},
+        params=flatten(resolved),
+    ) as parent:
+        result.parent_run_id = parent.run_id
+        parent.log_dict(resolved, "config.yaml")
+        for value, point in points:
+            part = run_suite(
+                point,
+                progress=progress,
+                parent_run_id=parent.run_id,
+                extra_tags={key.rsplit(".", 1)[-1]: str(value)},
+            )
+            result.runs += part.runs
+            result.warmstart.update({f"{key}={value}/{k}": v for k, v in part.warmstart.items()})
+        result.wall_s = time.perf_counter() - t0
+        parent.log_metrics({"suite/wall_s": result.wall_s}, step=0)
+        _finish(result, cfg, parent)
     return result
 
 

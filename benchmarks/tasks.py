@@ -22,7 +22,7 @@ import itertools
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from benchmarks.grading import GradeResult
 
@@ -44,12 +44,16 @@ class TaskProblem:
     answer: str
     #: A worked solution in the model's output format, for the supervised warm start.
     solution: str | None = None
+    #: How to grade it: "integer" or "math_verify" (real datasets); `arith` grades in-process.
+    grader: str = "integer"
 
 
 class Task(Protocol):
     """What the trainer needs from a task. Real datasets and `arith` both implement it."""
 
     name: str
+    #: Dataset name in metric keys: ``eval/<eval_name>/accuracy``.
+    eval_name: str
 
     def train_problems(self) -> Sequence[TaskProblem]: ...
 
@@ -84,6 +88,7 @@ class ArithTask:
         test_fraction: float = 0.2,
         eval_size: int = 1000,
         max_problems: int = 100_000,
+        eval_name: str | None = None,
     ) -> None:
         if horizon < 1 or horizon > 12:
             raise ValueError(f"task.horizon={horizon} is not allowed: use an integer in [1, 12]")
@@ -92,6 +97,8 @@ class ArithTask:
         if eval_size < 1:
             raise ValueError(f"task.eval_size={eval_size} must be >= 1")
         self.horizon = horizon
+        #: The dataset name in metric keys (``eval/<eval_name>/accuracy``).
+        self.eval_name = eval_name or self.name
         train, test = [], []
         for p in self._problems(horizon, max_problems):
             (test if _split_of(p.prompt, test_fraction) == "test" else train).append(p)
@@ -167,7 +174,11 @@ class ArithTask:
 
 
 class DatasetTask:
-    """A real benchmark (MATH-500, AIME, GSM8K, ...) loaded from JSONL or the hub and graded safely."""
+    """A real benchmark (MATH-500, AIME, GSM8K, ...) loaded from JSONL or the hub and graded safely.
+
+    Training and evaluation sets may need different graders (MATH's LaTeX answers versus AIME's
+    integers), so each problem carries its grader kind and a batch is graded per kind.
+    """
 
     def __init__(
         self,
@@ -181,25 +192,33 @@ class DatasetTask:
         train_size: int | None = None,
         grader_timeout_s: float = 3.0,
         grader_workers: int = 1,
+        eval_name: str | None = None,
         tokenizer=None,  # noqa: ANN001 - any HF tokenizer, for chat templates
     ) -> None:
         from benchmarks.datasets import DATASETS, load_dataset, render_prompt
 
         self.name = name
         train_name = train_dataset or name
-        eval_name = (list(eval_datasets) or [name])[0]
-        self._kind = DATASETS[eval_name].grader
-        self._train = [
-            TaskProblem(id=p.id, prompt=render_prompt(p, template, tokenizer), answer=p.answer)
-            for p in load_dataset(train_name, data_dir=data_dir, limit=train_size)
-        ]
-        self._test = [
-            TaskProblem(id=p.id, prompt=render_prompt(p, template, tokenizer), answer=p.answer)
-            for p in load_dataset(eval_name, data_dir=data_dir, limit=eval_size)
-        ]
+        test_name = (list(eval_datasets) or [name])[0]
+        self.eval_name = eval_name or test_name
+
+        def load(ds: str, limit: int | None) -> list[TaskProblem]:
+            kind = DATASETS[ds].grader
+            return [
+                TaskProblem(
+                    id=p.id,
+                    prompt=render_prompt(p, template, tokenizer),
+                    answer=p.answer,
+                    grader=kind,
+                )
+                for p in load_dataset(ds, data_dir=data_dir, limit=limit)
+            ]
+
+        self._train = load(train_name, train_size)
+        self._test = load(test_name, eval_size)
         self._timeout = grader_timeout_s
         self._workers = grader_workers
-        self._grader = None
+        self._graders: dict[str, Any] = {}
 
     def train_problems(self) -> Sequence[TaskProblem]:
         return self._train
@@ -210,14 +229,25 @@ class DatasetTask:
     def grade(self, responses: Sequence[str], problems: Sequence[TaskProblem]) -> GradeResult:
         from benchmarks.grading import Grader
 
-        if self._grader is None:
-            self._grader = Grader(self._kind, timeout_s=self._timeout, workers=self._workers)
-        return self._grader.grade(list(responses), [p.answer for p in problems])
+        scores = [0.0] * len(problems)
+        timeouts = errors = 0
+        for kind in dict.fromkeys(p.grader for p in problems):
+            idx = [i for i, p in enumerate(problems) if p.grader == kind]
+            if kind not in self._graders:
+                self._graders[kind] = Grader(kind, timeout_s=self._timeout, workers=self._workers)
+            g = self._graders[kind].grade(
+                [responses[i] for i in idx], [problems[i].answer for i in idx]
+            )
+            for i, sc in zip(idx, g.scores, strict=True):
+                scores[i] = sc
+            timeouts += g.timeouts
+            errors += g.errors
+        return GradeResult(scores=scores, timeouts=timeouts, errors=errors)
 
     def close(self) -> None:
-        if self._grader is not None:
-            self._grader.close()
-            self._grader = None
+        for g in self._graders.values():
+            g.close()
+        self._graders.clear()
 
 
 def build_task(cfg, tokenizer=None) -> Task:  # noqa: ANN001 - an omegaconf node or mapping

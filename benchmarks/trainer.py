@@ -258,7 +258,7 @@ class RLTrainer:
                 self.cfg.eval_batch_size,
             )
         self.evals.append((fraction, res))
-        name = self.task.name
+        name = self.task.eval_name
         m = {
             M.eval_metric(name, "accuracy"): res.accuracy,
             M.eval_metric(name, "accuracy_se"): res.se,

@@ -1,0 +1,581 @@
+"""Sweep specs: a YAML file validated into a frozen dataclass before any trial runs.
+
+A spec names the algorithms to tune, the Hydra overrides every trial starts from, the search
+space (Hydra override paths, ``{alg}`` standing for the trial's algorithm), the objective, the
+number of trials, the per-trial budget, the sampler and the pruner. Validation happens in two
+passes, both before the Optuna storage or MLflow are touched: :func:`parse_spec` checks the
+structure (types, ranges, names of samplers, pruners and their options), :func:`check_spec`
+composes the suite config once per algorithm and checks every path, the metric and one point of
+the search space against the suite's own validation. Every error names the field, the bad value
+and what is allowed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "ALG",
+    "DIRECTIONS",
+    "PARAM_TYPES",
+    "PRUNERS",
+    "SAMPLERS",
+    "ComponentSpec",
+    "ObjectiveSpec",
+    "ParamSpec",
+    "SpecError",
+    "SweepSpec",
+    "check_spec",
+    "load_spec",
+    "parse_spec",
+    "trial_overrides",
+]
+
+#: Placeholder in a search-space path for the trial's algorithm: ``algorithm.{alg}.actor_lr``.
+ALG = "{alg}"
+PARAM_TYPES = ("float", "int", "categorical")
+DIRECTIONS = ("maximize", "minimize")
+#: Sampler name -> (Optuna class name, modules it needs at sampling time).
+SAMPLERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "tpe": ("TPESampler", ()),
+    "cmaes": ("CmaEsSampler", ("cmaes",)),
+    "gp": ("GPSampler", ("scipy", "torch")),
+    "random": ("RandomSampler", ()),
+}
+#: Pruner name -> Optuna class name (None: no pruning).
+PRUNERS: dict[str, str | None] = {
+    "median": "MedianPruner",
+    "hyperband": "HyperbandPruner",
+    "none": None,
+}
+#: Defaults that differ from Optuna's: evaluation 0 is the shared warm start, identical for
+#: every trial, so pruning there compares nothing.
+_PRUNER_DEFAULTS: dict[str, dict[str, Any]] = {"median": {"n_warmup_steps": 1}}
+_TOP_KEYS = (
+    "name",
+    "algorithms",
+    "equal_effort",
+    "base_overrides",
+    "budget",
+    "search_space",
+    "objective",
+    "trials",
+    "sampler",
+    "pruner",
+    "seed",
+    "enqueue",
+)
+_PARAM_KEYS = ("type", "low", "high", "log", "step", "choices", "when_algorithm")
+_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.([A-Za-z_][A-Za-z0-9_]*|\{alg\}))*$")
+_ALG_PATH = re.compile(r"^algorithm\.([A-Za-z0-9_]+)\.")
+#: Keys a trial sets itself; a spec may not search over them.
+_RESERVED = ("seeds", "algorithm", "tracking", "suite.report", "output_dir", "threads")
+
+
+class SpecError(ValueError):
+    """A sweep spec is invalid; the message names the field, the value and what is allowed."""
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One dimension of the search space.
+
+    ``path`` is a Hydra override path and may contain ``{alg}``; the Optuna parameter name is the
+    path with the algorithm substituted (``algorithm.sppo.actor_lr``), so each algorithm's
+    learning rate is its own dimension.
+    """
+
+    path: str
+    type: str
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    step: float | None = None
+    choices: tuple[Any, ...] | None = None
+    when_algorithm: tuple[str, ...] | None = None
+
+    def applies_to(self, algorithm: str) -> bool:
+        """Whether a trial of ``algorithm`` samples this parameter."""
+        if self.when_algorithm is not None and algorithm not in self.when_algorithm:
+            return False
+        m = _ALG_PATH.match(self.path)
+        return m is None or m.group(1) in (algorithm, ALG)
+
+    def name(self, algorithm: str) -> str:
+        """The Optuna parameter name (and config path) for a trial of ``algorithm``."""
+        return self.path.replace(ALG, algorithm)
+
+    def override(self, algorithm: str, value: Any) -> str:
+        """The Hydra override that sets this parameter to ``value``.
+
+        Algorithm ``params`` fields use ``++``: an algorithm YAML lists only what it changes from
+        the paper's defaults, so the key may not be in the composed config yet.
+        """
+        path = self.name(algorithm)
+        prefix = "++" if re.match(r"^algorithm\.[A-Za-z0-9_]+\.params\.", path) else ""
+        return f"{prefix}{path}={format_value(value)}"
+
+    def suggest(self, trial: Any, algorithm: str) -> Any:
+        """Sample this parameter from an Optuna trial."""
+        name = self.name(algorithm)
+        if self.type == "categorical":
+            return trial.suggest_categorical(name, list(self.choices or ()))
+        if self.type == "int":
+            return trial.suggest_int(
+                name, int(self.low), int(self.high), step=int(self.step or 1), log=self.log
+            )
+        return trial.suggest_float(name, self.low, self.high, step=self.step, log=self.log)
+
+    def representative(self) -> Any:
+        """One point of the range (the low end, the first choice), checked before any trial."""
+        if self.type == "categorical":
+            return (self.choices or (None,))[0]
+        return int(self.low) if self.type == "int" else float(self.low)
+
+    def contains(self, value: Any) -> bool:
+        """Whether ``value`` is a point of this dimension (used for enqueued trials)."""
+        if self.type == "categorical":
+            return value in (self.choices or ())
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return False
+        if self.type == "int" and int(value) != value:
+            return False
+        return self.low <= value <= self.high
+
+
+@dataclass(frozen=True)
+class ObjectiveSpec:
+    """``metric``: ``eval/<task>/accuracy`` at the end of the budget, or ``auc``."""
+
+    metric: str
+    direction: str = "maximize"
+
+
+@dataclass(frozen=True)
+class ComponentSpec:
+    """A sampler or pruner: its name and keyword options (a tuple of pairs: hashable, picklable)."""
+
+    type: str
+    options: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        return dict(self.options)
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A validated sweep. Build it with :func:`load_spec` or :func:`parse_spec`."""
+
+    name: str
+    algorithms: tuple[str, ...]
+    search_space: tuple[ParamSpec, ...]
+    objective: ObjectiveSpec
+    trials: int
+    equal_effort: bool = True
+    base_overrides: tuple[str, ...] = ()
+    budget: tuple[str, ...] = ()
+    sampler: ComponentSpec = ComponentSpec("tpe")
+    pruner: ComponentSpec = ComponentSpec("median")
+    seed: int = 0
+    #: Trials queued before sampling starts: parameter name -> value (``algorithm`` picks the
+    #: algorithm). Each runs once, in its algorithm's study.
+    enqueue: tuple[tuple[tuple[str, Any], ...], ...] = field(default=())
+
+    def params_for(self, algorithm: str) -> list[ParamSpec]:
+        """The dimensions a trial of ``algorithm`` samples."""
+        return [p for p in self.search_space if p.applies_to(algorithm)]
+
+    @property
+    def studies(self) -> dict[str, str | None]:
+        """Study name suffix -> the algorithm it is fixed to (None: the algorithm is sampled).
+
+        With ``equal_effort`` (and more than one algorithm) each algorithm has its own study:
+        the same number of trials each, a sampler and a median pruner that compare a trial only
+        with trials of its own algorithm, and importances per algorithm. Without it, one study
+        samples the algorithm as a categorical parameter and the sampler decides the split.
+        """
+        if len(self.algorithms) == 1:
+            return {"": self.algorithms[0]}
+        if self.equal_effort:
+            return {f"-{a}": a for a in self.algorithms}
+        return {"": None}
+
+    def with_trials(self, trials: int) -> SweepSpec:
+        """A copy with another trial count (``--trials``), validated like the spec's own."""
+        _check_trials(trials, self.algorithms, self.equal_effort, "--trials")
+        return replace(self, trials=trials)
+
+
+def format_value(value: Any) -> str:
+    """A Python value as a Hydra override value."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    s = str(value)
+    return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _fail(field_name: str, value: Any, problem: str, allowed: Any = None) -> SpecError:
+    msg = f"{field_name}={value!r}: {problem}"
+    if allowed is not None:
+        msg += f"; allowed: {allowed}"
+    return SpecError(msg)
+
+
+def _check_trials(trials: Any, algorithms: Sequence[str], equal_effort: bool, where: str) -> int:
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
+        raise _fail(where, trials, "must be an integer >= 1")
+    k = len(algorithms)
+    if equal_effort and k > 1 and trials % k:
+        raise _fail(
+            where,
+            trials,
+            f"equal_effort splits the trials equally over {k} algorithms {list(algorithms)}",
+            f"a multiple of {k}",
+        )
+    return trials
+
+
+def _str_list(data: Mapping[str, Any], key: str, default: Sequence[str] = ()) -> tuple[str, ...]:
+    value = data.get(key, list(default))
+    if value is None:
+        return ()
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise _fail(key, value, "must be a list of strings")
+    return tuple(value)
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _parse_param(path: str, node: Any, algorithms: tuple[str, ...]) -> ParamSpec:
+    where = f"search_space.{path}"
+    if not isinstance(path, str) or not _PATH.match(path):
+        raise _fail("search_space", path, "a key must be a dotted config path, e.g. trainer.grad_clip or algorithm.{alg}.actor_lr")
+    if path in _RESERVED or path.startswith("tracking."):
+        raise _fail("search_space", path, "set by the sweep itself", f"any path but {list(_RESERVED)}")
+    if not isinstance(node, Mapping):
+        raise _fail(where, node, "must be a mapping such as {type: float, low: 1e-5, high: 1e-3, log: true}")
+    unknown = sorted(set(node) - set(_PARAM_KEYS))
+    if unknown:
+        raise _fail(f"{where}.{unknown[0]}", node[unknown[0]], "unknown key", list(_PARAM_KEYS))
+    kind = node.get("type")
+    if kind not in PARAM_TYPES:
+        raise _fail(f"{where}.type", kind, "unknown parameter type", list(PARAM_TYPES))
+    when = node.get("when_algorithm")
+    if when is not None:
+        if not isinstance(when, list | tuple) or not when:
+            raise _fail(f"{where}.when_algorithm", when, "must be a non-empty list of algorithms")
+        for a in when:
+            if a not in algorithms:
+                raise _fail(f"{where}.when_algorithm", a, "not one of the sweep's algorithms", list(algorithms))
+        when = tuple(when)
+    m = _ALG_PATH.match(path)
+    if m and m.group(1) != ALG and m.group(1) not in algorithms:
+        raise _fail("search_space", path, f"names algorithm {m.group(1)!r}, which the sweep does not run", list(algorithms))
+    log = node.get("log", False)
+    if not isinstance(log, bool):
+        raise _fail(f"{where}.log", log, "must be true or false")
+    if kind == "categorical":
+        for k in ("low", "high", "log", "step"):
+            if k in node:
+                raise _fail(f"{where}.{k}", node[k], "not used by a categorical parameter", "choices")
+        choices = node.get("choices")
+        if not isinstance(choices, list | tuple) or not choices:
+            raise _fail(f"{where}.choices", choices, "must be a non-empty list")
+        for c in choices:
+            if c is not None and not isinstance(c, bool | int | float | str):
+                raise _fail(f"{where}.choices", c, "choices must be null, bool, int, float or str")
+        if len(set(map(repr, choices))) != len(choices):
+            raise _fail(f"{where}.choices", list(choices), "contains duplicates")
+        return ParamSpec(path, kind, choices=tuple(choices), when_algorithm=when)
+    if "choices" in node:
+        raise _fail(f"{where}.choices", node["choices"], f"only for categorical parameters (type is {kind})")
+    low, high, step = node.get("low"), node.get("high"), node.get("step")
+    for k, v in (("low", low), ("high", high)):
+        if not _number(v):
+            raise _fail(f"{where}.{k}", v, f"a {kind} parameter needs a finite number")
+        if kind == "int" and int(v) != v:
+            raise _fail(f"{where}.{k}", v, "an int parameter needs an integer")
+    if low > high:
+        raise _fail(f"{where}.low", low, f"must be <= high ({high})")
+    if log and low <= 0:
+        raise _fail(f"{where}.low", low, "a log-scale range needs low > 0")
+    if step is not None:
+        if not _number(step) or step <= 0 or (kind == "int" and int(step) != step):
+            raise _fail(f"{where}.step", step, f"must be a positive {'integer' if kind == 'int' else 'number'}")
+        if log:
+            raise _fail(f"{where}.step", step, "Optuna does not combine step with log=true")
+    if kind == "int":
+        low, high = int(low), int(high)
+        step = None if step is None else int(step)
+    else:
+        low, high = float(low), float(high)
+        step = None if step is None else float(step)
+    return ParamSpec(path, kind, low, high, log, step, None, when)
+
+
+def _parse_component(
+    data: Mapping[str, Any], key: str, default: str, names: Sequence[str], classes: Mapping[str, str | None]
+) -> ComponentSpec:
+    import optuna
+
+    node = data.get(key, default)
+    if isinstance(node, str) or node is None:
+        node = {"type": node}
+    if not isinstance(node, Mapping):
+        raise _fail(key, node, f"must be a name or a mapping {{type: ..., <option>: ...}}", list(names))
+    kind = node.get("type")
+    if kind not in names:
+        raise _fail(f"{key}.type" if len(node) > 1 else key, kind, f"unknown {key}", list(names))
+    options = {k: v for k, v in node.items() if k != "type"}
+    cls_name = classes[kind] if key == "pruner" else SAMPLERS[kind][0]
+    if cls_name is None:
+        if options:
+            raise _fail(f"{key}.{next(iter(options))}", next(iter(options.values())), f"{kind} takes no options")
+        return ComponentSpec(kind)
+    module = optuna.pruners if key == "pruner" else optuna.samplers
+    sig = inspect.signature(getattr(module, cls_name).__init__)
+    allowed = sorted(
+        n
+        for n, p in sig.parameters.items()
+        if n not in ("self", "seed") and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+    )
+    for k, v in options.items():
+        if k not in allowed:
+            why = "set by the spec's top-level `seed`" if k == "seed" else f"not an option of optuna.{module.__name__.split('.')[-1]}.{cls_name}"
+            raise _fail(f"{key}.{k}", v, why, allowed)
+        if v is not None and not isinstance(v, bool | int | float | str):
+            raise _fail(f"{key}.{k}", v, "options must be scalars (callables are not expressible in YAML)")
+    if key == "sampler":
+        for mod in SAMPLERS[kind][1]:
+            if importlib.util.find_spec(mod) is None:
+                raise _fail(key, kind, f"needs the `{mod}` package, which is not installed (pip install {mod})", [n for n in names if n != kind])
+    merged = {**_PRUNER_DEFAULTS.get(kind, {}), **options} if key == "pruner" else options
+    return ComponentSpec(kind, tuple(sorted(merged.items())))
+
+
+def parse_spec(data: Mapping[str, Any], *, name: str = "sweep") -> SweepSpec:
+    """Check a spec's structure and build the :class:`SweepSpec` (no config is composed)."""
+    if not isinstance(data, Mapping):
+        raise _fail("spec", type(data).__name__, "a sweep spec is a YAML mapping", list(_TOP_KEYS))
+    unknown = sorted(set(data) - set(_TOP_KEYS))
+    if unknown:
+        raise _fail(unknown[0], data[unknown[0]], "unknown key", list(_TOP_KEYS))
+    name = data.get("name", name)
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise _fail("name", name, "must be letters, digits, '_', '.' or '-'")
+    algorithms = _str_list(data, "algorithms")
+    if not algorithms:
+        raise _fail("algorithms", list(algorithms), "name at least one algorithm, e.g. [sppo, grpo]")
+    if len(set(algorithms)) != len(algorithms):
+        raise _fail("algorithms", list(algorithms), "contains duplicates")
+    for a in algorithms:
+        if not _NAME.match(a) or "." in a:
+            raise _fail("algorithms", a, "not an algorithm name")
+    equal_effort = data.get("equal_effort", True)
+    if not isinstance(equal_effort, bool):
+        raise _fail("equal_effort", equal_effort, "must be true or false")
+    base = _str_list(data, "base_overrides")
+    budget = _str_list(data, "budget")
+    for o in budget:
+        if not o.lstrip("+~").startswith("budget"):
+            raise _fail("budget", o, "holds only budget overrides", "budget=<kind>, budget.limit=..., budget.eval_fractions=[...]")
+    space = data.get("search_space")
+    if not isinstance(space, Mapping) or not space:
+        raise _fail("search_space", space, "must be a non-empty mapping of config path -> range")
+    params = tuple(_parse_param(k, v, algorithms) for k, v in space.items())
+    for a in algorithms:
+        if not any(p.applies_to(a) for p in params) and (len(algorithms) == 1 or equal_effort):
+            raise _fail("search_space", sorted(space), f"no parameter applies to {a}: its study would search nothing")
+    obj = data.get("objective")
+    if not isinstance(obj, Mapping):
+        raise _fail("objective", obj, "must be a mapping {metric: ..., direction: ...}")
+    unknown = sorted(set(obj) - {"metric", "direction"})
+    if unknown:
+        raise _fail(f"objective.{unknown[0]}", obj[unknown[0]], "unknown key", ["metric", "direction"])
+    metric = obj.get("metric")
+    if not isinstance(metric, str) or not (metric == "auc" or re.match(r"^eval/[^/]+/accuracy$", metric)):
+        raise _fail("objective.metric", metric, "unknown metric", ["eval/<task>/accuracy", "auc"])
+    direction = obj.get("direction", "maximize")
+    if direction not in DIRECTIONS:
+        raise _fail("objective.direction", direction, "unknown direction", list(DIRECTIONS))
+    trials = _check_trials(data.get("trials"), algorithms, equal_effort, "trials")
+    sampler = _parse_component(data, "sampler", "tpe", list(SAMPLERS), {})
+    pruner = _parse_component(data, "pruner", "median", list(PRUNERS), PRUNERS)
+    seed = data.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise _fail("seed", seed, "must be an integer >= 0")
+    spec = SweepSpec(
+        name=name,
+        algorithms=algorithms,
+        search_space=params,
+        objective=ObjectiveSpec(metric, direction),
+        trials=trials,
+        equal_effort=equal_effort,
+        base_overrides=base,
+        budget=budget,
+        sampler=sampler,
+        pruner=pruner,
+        seed=seed,
+    )
+    return replace(spec, enqueue=_parse_enqueue(data.get("enqueue") or [], spec))
+
+
+def _parse_enqueue(entries: Any, spec: SweepSpec) -> tuple[tuple[tuple[str, Any], ...], ...]:
+    if not isinstance(entries, list | tuple):
+        raise _fail("enqueue", entries, "must be a list of {parameter: value} mappings")
+    out = []
+    per_alg: dict[str, int] = {}
+    for i, entry in enumerate(entries):
+        where = f"enqueue[{i}]"
+        if not isinstance(entry, Mapping) or not entry:
+            raise _fail(where, entry, "must be a non-empty mapping {parameter: value}")
+        alg = entry.get("algorithm")
+        if alg is None and len(spec.algorithms) == 1:
+            alg = spec.algorithms[0]
+        if alg not in spec.algorithms:
+            raise _fail(f"{where}.algorithm", alg, "name the trial's algorithm", list(spec.algorithms))
+        names = {p.name(alg): p for p in spec.params_for(alg)}
+        for k, v in entry.items():
+            if k == "algorithm":
+                continue
+            if k not in names:
+                raise _fail(f"{where}.{k}", v, f"not a parameter of {alg}'s search space", sorted(names))
+            if not names[k].contains(v):
+                raise _fail(f"{where}.{k}", v, "outside the parameter's range or choices")
+        per_alg[alg] = per_alg.get(alg, 0) + 1
+        out.append(tuple(sorted({**entry, "algorithm": alg}.items())))
+    limit = spec.trials // len(spec.algorithms) if spec.equal_effort else spec.trials
+    for alg, n in per_alg.items():
+        if n > limit:
+            raise _fail("enqueue", n, f"more queued trials for {alg} than its share of trials ({limit})")
+    return tuple(out)
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    """Read and structurally validate a spec file (see :func:`check_spec` for the config pass).
+
+    A bare name (``lr_per_algorithm``) finds a spec shipped in this package.
+    """
+    import yaml
+
+    p = Path(path)
+    if not p.exists():
+        shipped = Path(__file__).parent / f"{p.stem}.yaml"
+        if p.suffix in ("", ".yaml") and shipped.exists() and len(p.parts) == 1:
+            p = shipped
+        else:
+            available = sorted(s.stem for s in Path(__file__).parent.glob("*.yaml"))
+            raise _fail("spec", str(path), "no such file", f"a path or a shipped spec {available}")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise SpecError(f"spec={str(p)!r}: not valid YAML: {e}") from e
+    return parse_spec(data or {}, name=p.stem)
+
+
+def trial_overrides(
+    spec: SweepSpec, algorithm: str, sampled: Sequence[str], fixed: Sequence[str] = ()
+) -> list[str]:
+    """The overrides of one trial: the spec's base and budget, the sampled point, then the
+    sweep's own (``fixed``). Overrides aimed at another algorithm are dropped: Hydra would
+    otherwise add that algorithm back to the trial's config."""
+    out = []
+    for o in [*spec.base_overrides, *spec.budget, *sampled]:
+        m = _ALG_PATH.match(o.lstrip("+~"))
+        if m and m.group(1) != algorithm:
+            continue
+        out.append(o)
+    return [*out, "seeds=1", f"algorithm=[{algorithm}]", "suite.report=false", *fixed]
+
+
+def _has_path(cfg: Any, path: str) -> tuple[bool, str, list[str]]:
+    """Whether ``path`` exists in ``cfg``; else the deepest existing prefix and its keys."""
+    from omegaconf import DictConfig
+
+    node, seen = cfg, []
+    for part in path.split("."):
+        if not isinstance(node, DictConfig) or part not in node:
+            keys = sorted(str(k) for k in node.keys()) if isinstance(node, DictConfig) else []
+            return False, ".".join(seen) or "<root>", keys
+        node, seen = node[part], [*seen, part]
+    return True, path, []
+
+
+def check_spec(spec: SweepSpec, fixed: Sequence[str] = ()) -> dict[str, Any]:
+    """Compose each algorithm's trial config and check the spec against it, before any trial.
+
+    Checks every search-space path exists (or is a field of the algorithm's config, for
+    ``algorithm.<alg>.params.*``), the metric is the task's, and the search space's
+    representative point (each low end, each first choice) passes the suite's own validation.
+    Returns the composed config per algorithm (at that point).
+    """
+    import dataclasses
+
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from algorithms import algorithm_class
+    from benchmarks.cli import compose_config
+    from benchmarks.suite import validate
+
+    errors = (HydraException, OmegaConfBaseException, ValueError, KeyError)
+    configs: dict[str, Any] = {}
+    for alg in spec.algorithms:
+        try:
+            cfg = compose_config(trial_overrides(spec, alg, [], fixed))
+        except errors as e:
+            raise SpecError(
+                f"base_overrides/budget/algorithms (composing {alg}'s config): {_short(e)}"
+            ) from e
+        sampled = []
+        for p in spec.params_for(alg):
+            path = p.name(alg)
+            ok, prefix, keys = _has_path(cfg, path)
+            m = re.match(rf"^algorithm\.{re.escape(alg)}\.params\.([A-Za-z0-9_]+)$", path)
+            if not ok and m:
+                fields = [f.name for f in dataclasses.fields(algorithm_class(alg).Config)]
+                if m.group(1) not in fields:
+                    raise _fail(f"search_space.{p.path}", path, f"{alg} has no such parameter", fields)
+                ok = True
+            if not ok:
+                raise _fail(
+                    f"search_space.{p.path}",
+                    path,
+                    f"no such key in {alg}'s composed config (under {prefix})",
+                    keys,
+                )
+            sampled.append(p.override(alg, p.representative()))
+        task = str(cfg.task.name)
+        allowed = ["auc", f"eval/{task}/accuracy"]
+        if spec.objective.metric not in allowed:
+            raise _fail("objective.metric", spec.objective.metric, f"unknown metric for task {task!r}", allowed)
+        try:
+            point = compose_config(trial_overrides(spec, alg, sampled, fixed))
+            validate(point)
+        except errors as e:
+            raise SpecError(
+                f"search_space: the point {sampled} fails the suite's validation for {alg}: "
+                f"{_short(e)} (restrict a parameter with when_algorithm, or change its range)"
+            ) from e
+        configs[alg] = point
+    return configs
+
+
+def _short(e: Exception) -> str:
+    msg = str(e).strip().splitlines()
+    return msg[0] if msg else type(e).__name__

@@ -1,0 +1,299 @@
+"""The torch rollout engine on a real tiny Llama: log-probs, padding, EOS, seeds, top-p, cat."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from benchmarks.modeling import ModelSpec, build_char_tokenizer, build_tiny_llama
+from benchmarks.rollout import (
+    Rollout,
+    TorchEngine,
+    _top_p_filter,
+    response_logprobs,
+    sequence_inputs,
+)
+from benchmarks.tasks import ArithTask
+
+SPEC = ModelSpec(
+    hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, max_position_embeddings=64
+)
+PROMPTS = ["7=", "1+2=", "3*4-5=", "9-9*9+1=", "4+4=", "0*1*2*3*4="]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_char_tokenizer(ArithTask.alphabet)
+
+
+@pytest.fixture(scope="module")
+def model(tok):
+    torch.manual_seed(0)
+    return build_tiny_llama(SPEC, len(tok), seed=0)
+
+
+@pytest.fixture(scope="module")
+def engine(model, tok):
+    return TorchEngine(model, tok)
+
+
+def _full_logp(model, ro: Rollout, temperature: float) -> torch.Tensor:
+    """Teacher-forced log-softmax over the whole vocabulary at each response position, (B, T, V)."""
+    ids, mask, pos = sequence_inputs(
+        ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.response_mask
+    )
+    P = ro.prompt_ids.shape[1]
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+    return torch.log_softmax(logits[:, P - 1 : -1].float() / temperature, dim=-1)
+
+
+# --- (a) sampling-time log-probs ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_sampling_logprobs_equal_recomputed(model, engine, temperature):
+    prompts = PROMPTS * 4
+    ro = engine.generate(prompts, temperature=temperature, top_p=1.0, max_new_tokens=12, seed=3)
+    with torch.no_grad():
+        lp, ent = response_logprobs(
+            model,
+            ro.prompt_ids,
+            ro.prompt_mask,
+            ro.response_ids,
+            ro.response_mask,
+            temperature,
+            with_entropy=True,
+        )
+    valid = ro.response_mask.bool()
+    assert valid.sum() > 50
+    torch.testing.assert_close(ro.log_probs[valid], lp[valid], atol=1e-5, rtol=0)
+    # Padding positions carry exactly 0 in the rollout.
+    assert (ro.log_probs[~valid] == 0).all()
+    # The entropy is that of the same tempered distribution: 0 < H <= log V.
+    V = model.config.vocab_size
+    assert (ent[valid] > 0).all() and (ent[valid] <= torch.log(torch.tensor(float(V))) + 1e-5).all()
+
+
+def test_recomputed_logprobs_depend_on_temperature(model, engine):
+    """The check above could pass vacuously if temperature were ignored on either side."""
+    ro = engine.generate(PROMPTS, temperature=1.0, max_new_tokens=8, seed=0)
+    args = (ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.response_mask)
+    with torch.no_grad():
+        lp1, _ = response_logprobs(model, *args, temperature=1.0)
+        lp07, _ = response_logprobs(model, *args, temperature=0.7)
+    valid = ro.response_mask.bool()
+    assert (lp1[valid] - lp07[valid]).abs().max() > 1e-3
+
+
+# --- (b) left padding -------------------------------------------------------------------------
+
+
+def test_greedy_output_independent_of_left_padding(model, engine):
+    alone = engine.generate(["4+4="], temperature=0.0, max_new_tokens=12, seed=0)
+    batch = engine.generate(
+        ["9-9*9+1=", "4+4=", "0*1*2*3*4="], temperature=0.0, max_new_tokens=12, seed=0
+    )
+    assert batch.prompt_mask[1].sum() < batch.prompt_ids.shape[1]  # it really was left-padded
+    n = int(alone.lengths[0])
+    assert int(batch.lengths[1]) == n
+    assert torch.equal(batch.response_ids[1, :n], alone.response_ids[0, :n])
+    assert batch.texts[1] == alone.texts[0]
+    # The teacher-forced log-probs of that response are padding-independent too.
+    with torch.no_grad():
+        lp_alone, _ = response_logprobs(
+            model, alone.prompt_ids, alone.prompt_mask, alone.response_ids, alone.response_mask
+        )
+        lp_batch, _ = response_logprobs(
+            model, batch.prompt_ids, batch.prompt_mask, batch.response_ids, batch.response_mask
+        )
+    torch.testing.assert_close(lp_batch[1, :n], lp_alone[0, :n], atol=1e-5, rtol=0)
+
+
+def test_greedy_is_argmax_of_teacher_forced_logits(model, engine):
+    ro = engine.generate(PROMPTS, temperature=0.0, max_new_tokens=10, seed=0)
+    logp = _full_logp(model, ro, 1.0)
+    valid = ro.response_mask.bool()
+    assert torch.equal(logp.argmax(-1)[valid], ro.response_ids[valid])
+
+
+# --- (c) EOS ----------------------------------------------------------------------------------
+
+
+def test_generation_stops_at_eos(engine, tok):
+    eos, pad = tok.eos_token_id, tok.pad_token_id
+    ro = engine.generate(PROMPTS * 8, temperature=1.0, max_new_tokens=20, seed=11)
+    ids, mask = ro.response_ids, ro.response_mask
+    saw_early_eos = False
+    for b in range(ids.shape[0]):
+        row = ids[b].tolist()
+        if eos in row:
+            k = row.index(eos)
+            saw_early_eos |= k < ids.shape[1] - 1
+            assert mask[b, : k + 1].tolist() == [1.0] * (k + 1)  # up to and including EOS
+            assert mask[b, k + 1 :].sum() == 0
+            assert all(t == pad for t in row[k + 1 :])
+            assert (ro.log_probs[b, k + 1 :] == 0).all()
+            body = row[:k]
+        else:
+            assert mask[b].sum() == ids.shape[1]
+            body = row
+        assert ro.texts[b] == tok.decode(body, skip_special_tokens=True)
+        assert int(ro.lengths[b]) == int(mask[b].sum())
+    assert saw_early_eos
+
+
+def test_generation_ends_when_every_row_emitted_eos(engine, tok):
+    """A batch whose rows all emitted EOS has T = (last EOS position + 1), not max_new_tokens."""
+    eos = tok.eos_token_id
+    for seed in range(200):
+        ro = engine.generate(["1+2="], temperature=1.0, max_new_tokens=20, seed=seed)
+        if eos in ro.response_ids[0].tolist():
+            break
+    else:
+        pytest.fail("no seed produced an EOS")
+    k = ro.response_ids[0].tolist().index(eos)
+    assert ro.response_ids.shape[1] == k + 1 < 20
+    assert "<eos>" not in ro.texts[0] and len(ro.texts[0]) <= k
+
+
+# --- (d) seeds --------------------------------------------------------------------------------
+
+
+def test_same_seed_same_samples_different_seed_different(engine):
+    kw = dict(temperature=1.0, top_p=1.0, max_new_tokens=10)
+    a = engine.generate(PROMPTS, seed=5, **kw)
+    b = engine.generate(PROMPTS, seed=5, **kw)
+    c = engine.generate(PROMPTS, seed=6, **kw)
+    assert torch.equal(a.response_ids, b.response_ids)
+    assert torch.equal(a.log_probs, b.log_probs)
+    assert a.texts == b.texts
+    assert a.response_ids.shape != c.response_ids.shape or not torch.equal(
+        a.response_ids, c.response_ids
+    )
+
+
+def test_seed_reproducible_across_engine_batches(model, tok):
+    """Splitting into engine batches changes the draws but is itself reproducible."""
+    eng = TorchEngine(model, tok, batch_size=4)
+    a = eng.generate(PROMPTS * 2, temperature=1.0, max_new_tokens=8, seed=2)
+    b = eng.generate(PROMPTS * 2, temperature=1.0, max_new_tokens=8, seed=2)
+    assert a.response_ids.shape[0] == 12 and torch.equal(a.response_ids, b.response_ids)
+
+
+# --- (e) top-p --------------------------------------------------------------------------------
+
+
+def test_top_p_filter_hand_computed():
+    probs = torch.tensor([[0.15, 0.5, 0.05, 0.3]])
+    out = _top_p_filter(probs.log(), 0.7).exp()
+    # Sorted 0.5, 0.3, 0.15, 0.05: 0.3 crosses 0.7 and is kept, the rest dropped.
+    torch.testing.assert_close(out, torch.tensor([[0.0, 0.625, 0.0, 0.375]]))
+    # A top_p below the largest probability keeps only the mode.
+    torch.testing.assert_close(
+        _top_p_filter(probs.log(), 0.1).exp(), torch.tensor([[0.0, 1.0, 0.0, 0.0]])
+    )
+
+
+def _outside_nucleus(model, ro: Rollout, temperature: float, top_p: float) -> tuple[int, int]:
+    """(tokens sampled outside the top-p nucleus of the full softmax, valid tokens)."""
+    logp = _full_logp(model, ro, temperature)  # (B, T, V)
+    probs = logp.exp()
+    p_tok = probs.gather(-1, ro.response_ids.unsqueeze(-1))  # (B, T, 1)
+    # Probability mass strictly more likely than the sampled token: < top_p inside the nucleus.
+    mass_before = (probs * (probs > p_tok)).sum(-1)  # (B, T)
+    valid = ro.response_mask.bool()
+    outside = (mass_before >= top_p + 1e-4) & valid
+    return int(outside.sum()), int(valid.sum())
+
+
+def test_top_p_never_samples_outside_the_nucleus(model, engine):
+    kw = dict(temperature=0.7, max_new_tokens=12, seed=4)
+    ro = engine.generate(PROMPTS * 6, top_p=0.5, **kw)
+    outside, n = _outside_nucleus(model, ro, 0.7, 0.5)
+    assert n > 100 and outside == 0
+    # The same check without the filter does find tokens outside the nucleus: it can fail.
+    ro_full = engine.generate(PROMPTS * 6, top_p=1.0, **kw)
+    outside_full, _ = _outside_nucleus(model, ro_full, 0.7, 0.5)
+    assert outside_full > 10
+
+
+def test_top_p_first_token_frequencies_match_renormalised_nucleus(model, engine):
+    n, top_p, temperature = 4000, 0.6, 1.0
+    ro = engine.generate(
+        ["3*4-5="] * n, temperature=temperature, top_p=top_p, max_new_tokens=1, seed=9
+    )
+    logp = _full_logp(model, ro.select(torch.tensor([0])), temperature)[0, 0]  # (V,)
+    expected = _top_p_filter(logp.unsqueeze(0), top_p).exp()[0]
+    counts = torch.bincount(ro.response_ids[:, 0], minlength=expected.numel()).float() / n
+    assert (expected == 0).sum() > 3  # the nucleus really excludes tokens
+    assert counts[expected == 0].sum() == 0
+    assert (counts - expected).abs().max() < 0.03
+    # Log-probs returned are those of the unfiltered tempered distribution (what the trainer
+    # recomputes), not of the renormalised nucleus.
+    torch.testing.assert_close(ro.log_probs[:, 0], logp[ro.response_ids[:, 0]], atol=1e-5, rtol=0)
+
+
+def test_tiny_top_p_is_greedy(engine):
+    greedy = engine.generate(PROMPTS, temperature=0.0, max_new_tokens=8, seed=0)
+    nucleus1 = engine.generate(PROMPTS, temperature=1.0, top_p=1e-6, max_new_tokens=8, seed=123)
+    assert torch.equal(greedy.response_ids, nucleus1.response_ids)
+
+
+# --- (f) Rollout.cat --------------------------------------------------------------------------
+
+
+def test_cat_repads_and_preserves_logprobs(model, engine, tok):
+    a = engine.generate(["7=", "4+4="], temperature=1.0, max_new_tokens=5, seed=1)
+    b = engine.generate(
+        ["9-9*9+1=", "1+2=", "0*1*2*3*4="], temperature=1.0, max_new_tokens=9, seed=2
+    )
+    assert a.prompt_ids.shape[1] != b.prompt_ids.shape[1]
+    assert a.response_ids.shape[1] != b.response_ids.shape[1]
+    c = Rollout.cat([a, b], tok.pad_token_id)
+    P = max(a.prompt_ids.shape[1], b.prompt_ids.shape[1])
+    T = max(a.response_ids.shape[1], b.response_ids.shape[1])
+    assert c.prompt_ids.shape == (5, P) and c.response_ids.shape == (5, T)
+    assert c.texts == a.texts + b.texts
+    assert torch.equal(c.lengths, torch.cat([a.lengths, b.lengths]))
+    # Prompts stay right-aligned (left padding), responses left-aligned (right padding).
+    for src, rows in ((a, range(0, 2)), (b, range(2, 5))):
+        p, t = src.prompt_ids.shape[1], src.response_ids.shape[1]
+        for i, r in enumerate(rows):
+            assert torch.equal(c.prompt_ids[r, P - p :], src.prompt_ids[i])
+            assert (c.prompt_ids[r, : P - p] == tok.pad_token_id).all()
+            assert c.prompt_mask[r, : P - p].sum() == 0
+            assert torch.equal(c.response_ids[r, :t], src.response_ids[i])
+            assert c.response_mask[r, t:].sum() == 0
+    # The same decoded prompts: padding added by cat is invisible to the tokenizer.
+    assert tok.batch_decode(c.prompt_ids.tolist(), skip_special_tokens=True) == [
+        "7=",
+        "4+4=",
+        "9-9*9+1=",
+        "1+2=",
+        "0*1*2*3*4=",
+    ]
+
+    def recompute(r: Rollout) -> torch.Tensor:
+        with torch.no_grad():
+            return response_logprobs(
+                model, r.prompt_ids, r.prompt_mask, r.response_ids, r.response_mask
+            )[0]
+
+    lp_c = recompute(c)
+    for src, sl in ((a, slice(0, 2)), (b, slice(2, 5))):
+        t = src.response_ids.shape[1]
+        m = src.response_mask.bool()
+        torch.testing.assert_close(lp_c[sl, :t][m], recompute(src)[m], atol=1e-5, rtol=0)
+        torch.testing.assert_close(c.log_probs[sl, :t][m], src.log_probs[m], atol=0, rtol=0)
+    assert (c.log_probs[~c.response_mask.bool()] == 0).all()
+
+
+def test_select_keeps_rows_aligned(engine):
+    ro = engine.generate(PROMPTS, temperature=1.0, max_new_tokens=6, seed=7)
+    idx = torch.tensor([4, 0, 2])
+    s = ro.select(idx)
+    assert s.texts == [ro.texts[i] for i in (4, 0, 2)]
+    assert torch.equal(s.response_ids, ro.response_ids[idx])
+    assert torch.equal(s.prompt_ids, ro.prompt_ids[idx])
+    assert torch.equal(s.log_probs, ro.log_probs[idx])
