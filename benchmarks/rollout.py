@@ -238,9 +238,10 @@ class TorchEngine:
         is_eos = response_ids == eos
         after_eos = (is_eos.long().cumsum(-1) - is_eos.long()) > 0
         response_mask = (~after_eos).float()
-        texts = tok.batch_decode(
-            (response_ids * (~is_eos) * response_mask.long()).tolist(), skip_special_tokens=True
-        )
+        # EOS and padding become the pad id before decoding (id 0 is an ordinary character in
+        # many real vocabularies, so multiplying by the mask would append "!!!" to every text).
+        visible = torch.where(is_eos | (response_mask == 0), torch.full_like(response_ids, pad), response_ids)
+        texts = tok.batch_decode(visible.tolist(), skip_special_tokens=True)
         return Rollout(
             prompt_ids, prompt_mask, response_ids, response_mask, log_probs * response_mask, texts
         )

@@ -146,6 +146,10 @@ class ArithTask:
     def eval_problems(self) -> Sequence[TaskProblem]:
         return self._test
 
+    def facts(self) -> list[TaskProblem]:
+        """The single-step table (``a op b`` for every digit pair and operation): 300 facts."""
+        return self._problems(1, 10**6)
+
     def sft_target(self, problem: TaskProblem, rng: random.Random, direct_fraction: float) -> str:
         """Warm-start demonstration: the worked chain, or with probability ``direct_fraction``
         only the final answer (see the module docstring for why)."""

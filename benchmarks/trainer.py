@@ -53,6 +53,10 @@ class TrainerConfig:
     eval_batch_size: int = 512
     eval_samples_logged: int = 64  # rows of the eval-sample table artifact
     max_consecutive_skips: int = 5  # non-finite steps tolerated in a row
+    calibration_prompts: int = (
+        200  # prompt critics: held-out prompts in the final calibration table
+    )
+    calibration_samples: int = 8  # samples per prompt for the empirical success rate
 
     def __post_init__(self) -> None:
         for name in ("samples_per_step", "mini_batches", "max_new_tokens", "eval_batch_size"):
@@ -183,6 +187,8 @@ class RLTrainer:
         self.opt = torch.optim.AdamW(
             policy.parameters(), lr=config.actor_lr, weight_decay=config.weight_decay
         )
+        if algorithm.uses_reference and reference is None:
+            raise ValueError(f"{algorithm.name} needs a frozen reference model (its KL term)")
         self.reference = reference if algorithm.uses_reference else None
         self.critic: ValueModel | None = None
         if algorithm.critic != "none":
@@ -228,6 +234,13 @@ class RLTrainer:
                 self.step += 1
                 self._log(stats)
                 self._maybe_eval()
+            skipped = self.budget.eval_fractions[self._eval_idx : -1]
+            if skipped:
+                log.warning(
+                    "%s: the budget ended at %.3f of its limit (the next step would not fit); "
+                    "eval fractions %s were not reached",
+                    self.alg.name, self.budget.fraction(self.meter), list(skipped),
+                )
             if not self.evals or self.evals[-1][0] < 1.0:
                 self._eval(1.0)  # the budget's end, even if the last step could not fill it
         finally:
@@ -277,8 +290,41 @@ class RLTrainer:
                 },
                 f"eval_samples/{name}_{'final' if fraction >= 1.0 else 'start'}.json",
             )
+        if fraction >= 1.0 and self.alg.critic == "prompt" and self.cfg.calibration_prompts > 0:
+            self._log_calibration()
         self.on_progress(self.budget.fraction(self.meter), {"acc": res.accuracy})
         self.on_eval(fraction, res)
+
+    @torch.no_grad()
+    def _log_calibration(self) -> None:
+        """Prompt critic's predicted success p = sigmoid(v(x)) next to the policy's empirical
+        success rate over k samples, per held-out prompt (the data of the paper's Fig. 7)."""
+        assert self.critic is not None
+        cfg = self.cfg
+        probs = list(self.task.eval_problems()[: cfg.calibration_prompts])
+        k = cfg.calibration_samples
+        with self.meter.phase("eval"):
+            ro = self.engine.generate(
+                [p.prompt for p in probs for _ in range(k)],
+                temperature=cfg.temperature,
+                top_p=cfg.top_p,
+                max_new_tokens=cfg.max_new_tokens,
+                seed=self.seed + 424242,
+            )
+            scores = torch.tensor(
+                self.task.grade(ro.texts, [p for p in probs for _ in range(k)]).scores
+            ).view(len(probs), k)
+            first = ro.select(torch.arange(0, len(ro.texts), k))
+            predicted = torch.sigmoid(self._critic_values(first))
+        self.tracker.log_table(
+            {
+                "prompt": [p.prompt for p in probs],
+                "predicted": predicted.tolist(),
+                "empirical": scores.mean(1).tolist(),
+                "k": [k] * len(probs),
+            },
+            "critic_calibration.json",
+        )
 
     # ------------------------------------------------------------------ one step
 

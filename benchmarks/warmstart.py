@@ -27,7 +27,7 @@ __all__ = ["WARMSTART_VERSION", "config_hash", "warm_start"]
 log = logging.getLogger(__name__)
 
 #: Bump when the warm-start procedure changes, so old caches are not reused.
-WARMSTART_VERSION = 2
+WARMSTART_VERSION = 3
 
 
 def config_hash(parts: Mapping[str, Any]) -> str:
@@ -53,13 +53,18 @@ def _sft(
         raise ValueError(
             f"warmstart.phases={cfg['phases']}: need a list of {{steps >= 0, direct_fraction in [0, 1]}}"
         )
+    facts = task.facts()
+    n_facts = round(int(cfg["batch_size"]) * float(cfg.get("facts_fraction", 0.0)))
     schedule = [d for n, d in phases for _ in range(n)]
     total = len(schedule)
     step = 0
     model.train()
     for step, direct in enumerate(schedule, start=1):
-        batch = rng.sample(train, int(cfg["batch_size"]))
+        batch = rng.sample(train, int(cfg["batch_size"]) - n_facts)
+        extra = rng.sample(facts, n_facts)
         targets = [task.sft_target(p, rng, direct) + tokenizer.eos_token for p in batch]
+        targets += [task.sft_target(p, rng, 0.0) + tokenizer.eos_token for p in extra]  # stated
+        batch += extra
         pid, pm = encode_prompts(tokenizer, [p.prompt for p in batch])
         enc = tokenizer(
             targets,

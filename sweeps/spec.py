@@ -55,9 +55,6 @@ PRUNERS: dict[str, str | None] = {
     "hyperband": "HyperbandPruner",
     "none": None,
 }
-#: Defaults that differ from Optuna's: evaluation 0 is the shared warm start, identical for
-#: every trial, so pruning there compares nothing.
-_PRUNER_DEFAULTS: dict[str, dict[str, Any]] = {"median": {"n_warmup_steps": 1}}
 _TOP_KEYS = (
     "name",
     "algorithms",
@@ -264,11 +261,19 @@ def _number(v: Any) -> bool:
 def _parse_param(path: str, node: Any, algorithms: tuple[str, ...]) -> ParamSpec:
     where = f"search_space.{path}"
     if not isinstance(path, str) or not _PATH.match(path):
-        raise _fail("search_space", path, "a key must be a dotted config path, e.g. trainer.grad_clip or algorithm.{alg}.actor_lr")
+        raise _fail(
+            "search_space",
+            path,
+            "a key must be a dotted config path, e.g. trainer.grad_clip or algorithm.{alg}.actor_lr",
+        )
     if path in _RESERVED or path.startswith("tracking."):
-        raise _fail("search_space", path, "set by the sweep itself", f"any path but {list(_RESERVED)}")
+        raise _fail(
+            "search_space", path, "set by the sweep itself", f"any path but {list(_RESERVED)}"
+        )
     if not isinstance(node, Mapping):
-        raise _fail(where, node, "must be a mapping such as {type: float, low: 1e-5, high: 1e-3, log: true}")
+        raise _fail(
+            where, node, "must be a mapping such as {type: float, low: 1e-5, high: 1e-3, log: true}"
+        )
     unknown = sorted(set(node) - set(_PARAM_KEYS))
     if unknown:
         raise _fail(f"{where}.{unknown[0]}", node[unknown[0]], "unknown key", list(_PARAM_KEYS))
@@ -281,18 +286,30 @@ def _parse_param(path: str, node: Any, algorithms: tuple[str, ...]) -> ParamSpec
             raise _fail(f"{where}.when_algorithm", when, "must be a non-empty list of algorithms")
         for a in when:
             if a not in algorithms:
-                raise _fail(f"{where}.when_algorithm", a, "not one of the sweep's algorithms", list(algorithms))
+                raise _fail(
+                    f"{where}.when_algorithm",
+                    a,
+                    "not one of the sweep's algorithms",
+                    list(algorithms),
+                )
         when = tuple(when)
     m = _ALG_PATH.match(path)
     if m and m.group(1) != ALG and m.group(1) not in algorithms:
-        raise _fail("search_space", path, f"names algorithm {m.group(1)!r}, which the sweep does not run", list(algorithms))
+        raise _fail(
+            "search_space",
+            path,
+            f"names algorithm {m.group(1)!r}, which the sweep does not run",
+            list(algorithms),
+        )
     log = node.get("log", False)
     if not isinstance(log, bool):
         raise _fail(f"{where}.log", log, "must be true or false")
     if kind == "categorical":
         for k in ("low", "high", "log", "step"):
             if k in node:
-                raise _fail(f"{where}.{k}", node[k], "not used by a categorical parameter", "choices")
+                raise _fail(
+                    f"{where}.{k}", node[k], "not used by a categorical parameter", "choices"
+                )
         choices = node.get("choices")
         if not isinstance(choices, list | tuple) or not choices:
             raise _fail(f"{where}.choices", choices, "must be a non-empty list")
@@ -303,7 +320,9 @@ def _parse_param(path: str, node: Any, algorithms: tuple[str, ...]) -> ParamSpec
             raise _fail(f"{where}.choices", list(choices), "contains duplicates")
         return ParamSpec(path, kind, choices=tuple(choices), when_algorithm=when)
     if "choices" in node:
-        raise _fail(f"{where}.choices", node["choices"], f"only for categorical parameters (type is {kind})")
+        raise _fail(
+            f"{where}.choices", node["choices"], f"only for categorical parameters (type is {kind})"
+        )
     low, high, step = node.get("low"), node.get("high"), node.get("step")
     for k, v in (("low", low), ("high", high)):
         if not _number(v):
@@ -316,7 +335,11 @@ def _parse_param(path: str, node: Any, algorithms: tuple[str, ...]) -> ParamSpec
         raise _fail(f"{where}.low", low, "a log-scale range needs low > 0")
     if step is not None:
         if not _number(step) or step <= 0 or (kind == "int" and int(step) != step):
-            raise _fail(f"{where}.step", step, f"must be a positive {'integer' if kind == 'int' else 'number'}")
+            raise _fail(
+                f"{where}.step",
+                step,
+                f"must be a positive {'integer' if kind == 'int' else 'number'}",
+            )
         if log:
             raise _fail(f"{where}.step", step, "Optuna does not combine step with log=true")
     if kind == "int":
@@ -329,7 +352,11 @@ def _parse_param(path: str, node: Any, algorithms: tuple[str, ...]) -> ParamSpec
 
 
 def _parse_component(
-    data: Mapping[str, Any], key: str, default: str, names: Sequence[str], classes: Mapping[str, str | None]
+    data: Mapping[str, Any],
+    key: str,
+    default: str,
+    names: Sequence[str],
+    classes: Mapping[str, str | None],
 ) -> ComponentSpec:
     import optuna
 
@@ -337,7 +364,9 @@ def _parse_component(
     if isinstance(node, str) or node is None:
         node = {"type": node}
     if not isinstance(node, Mapping):
-        raise _fail(key, node, f"must be a name or a mapping {{type: ..., <option>: ...}}", list(names))
+        raise _fail(
+            key, node, "must be a name or a mapping {type: ..., <option>: ...}", list(names)
+        )
     kind = node.get("type")
     if kind not in names:
         raise _fail(f"{key}.type" if len(node) > 1 else key, kind, f"unknown {key}", list(names))
@@ -345,7 +374,11 @@ def _parse_component(
     cls_name = classes[kind] if key == "pruner" else SAMPLERS[kind][0]
     if cls_name is None:
         if options:
-            raise _fail(f"{key}.{next(iter(options))}", next(iter(options.values())), f"{kind} takes no options")
+            raise _fail(
+                f"{key}.{next(iter(options))}",
+                next(iter(options.values())),
+                f"{kind} takes no options",
+            )
         return ComponentSpec(kind)
     module = optuna.pruners if key == "pruner" else optuna.samplers
     sig = inspect.signature(getattr(module, cls_name).__init__)
@@ -356,16 +389,26 @@ def _parse_component(
     )
     for k, v in options.items():
         if k not in allowed:
-            why = "set by the spec's top-level `seed`" if k == "seed" else f"not an option of optuna.{module.__name__.split('.')[-1]}.{cls_name}"
+            why = (
+                "set by the spec's top-level `seed`"
+                if k == "seed"
+                else f"not an option of optuna.{module.__name__.split('.')[-1]}.{cls_name}"
+            )
             raise _fail(f"{key}.{k}", v, why, allowed)
         if v is not None and not isinstance(v, bool | int | float | str):
-            raise _fail(f"{key}.{k}", v, "options must be scalars (callables are not expressible in YAML)")
+            raise _fail(
+                f"{key}.{k}", v, "options must be scalars (callables are not expressible in YAML)"
+            )
     if key == "sampler":
         for mod in SAMPLERS[kind][1]:
             if importlib.util.find_spec(mod) is None:
-                raise _fail(key, kind, f"needs the `{mod}` package, which is not installed (pip install {mod})", [n for n in names if n != kind])
-    merged = {**_PRUNER_DEFAULTS.get(kind, {}), **options} if key == "pruner" else options
-    return ComponentSpec(kind, tuple(sorted(merged.items())))
+                raise _fail(
+                    key,
+                    kind,
+                    f"needs the `{mod}` package, which is not installed (pip install {mod})",
+                    [n for n in names if n != kind],
+                )
+    return ComponentSpec(kind, tuple(sorted(options.items())))
 
 
 def parse_spec(data: Mapping[str, Any], *, name: str = "sweep") -> SweepSpec:
@@ -380,7 +423,9 @@ def parse_spec(data: Mapping[str, Any], *, name: str = "sweep") -> SweepSpec:
         raise _fail("name", name, "must be letters, digits, '_', '.' or '-'")
     algorithms = _str_list(data, "algorithms")
     if not algorithms:
-        raise _fail("algorithms", list(algorithms), "name at least one algorithm, e.g. [sppo, grpo]")
+        raise _fail(
+            "algorithms", list(algorithms), "name at least one algorithm, e.g. [sppo, grpo]"
+        )
     if len(set(algorithms)) != len(algorithms):
         raise _fail("algorithms", list(algorithms), "contains duplicates")
     for a in algorithms:
@@ -393,22 +438,35 @@ def parse_spec(data: Mapping[str, Any], *, name: str = "sweep") -> SweepSpec:
     budget = _str_list(data, "budget")
     for o in budget:
         if not o.lstrip("+~").startswith("budget"):
-            raise _fail("budget", o, "holds only budget overrides", "budget=<kind>, budget.limit=..., budget.eval_fractions=[...]")
+            raise _fail(
+                "budget",
+                o,
+                "holds only budget overrides",
+                "budget=<kind>, budget.limit=..., budget.eval_fractions=[...]",
+            )
     space = data.get("search_space")
     if not isinstance(space, Mapping) or not space:
         raise _fail("search_space", space, "must be a non-empty mapping of config path -> range")
     params = tuple(_parse_param(k, v, algorithms) for k, v in space.items())
     for a in algorithms:
         if not any(p.applies_to(a) for p in params) and (len(algorithms) == 1 or equal_effort):
-            raise _fail("search_space", sorted(space), f"no parameter applies to {a}: its study would search nothing")
+            raise _fail(
+                "search_space",
+                sorted(space),
+                f"no parameter applies to {a}: its study would search nothing",
+            )
     obj = data.get("objective")
     if not isinstance(obj, Mapping):
         raise _fail("objective", obj, "must be a mapping {metric: ..., direction: ...}")
     unknown = sorted(set(obj) - {"metric", "direction"})
     if unknown:
-        raise _fail(f"objective.{unknown[0]}", obj[unknown[0]], "unknown key", ["metric", "direction"])
+        raise _fail(
+            f"objective.{unknown[0]}", obj[unknown[0]], "unknown key", ["metric", "direction"]
+        )
     metric = obj.get("metric")
-    if not isinstance(metric, str) or not (metric == "auc" or re.match(r"^eval/[^/]+/accuracy$", metric)):
+    if not isinstance(metric, str) or not (
+        metric == "auc" or re.match(r"^eval/[^/]+/accuracy$", metric)
+    ):
         raise _fail("objective.metric", metric, "unknown metric", ["eval/<task>/accuracy", "auc"])
     direction = obj.get("direction", "maximize")
     if direction not in DIRECTIONS:
@@ -448,13 +506,17 @@ def _parse_enqueue(entries: Any, spec: SweepSpec) -> tuple[tuple[tuple[str, Any]
         if alg is None and len(spec.algorithms) == 1:
             alg = spec.algorithms[0]
         if alg not in spec.algorithms:
-            raise _fail(f"{where}.algorithm", alg, "name the trial's algorithm", list(spec.algorithms))
+            raise _fail(
+                f"{where}.algorithm", alg, "name the trial's algorithm", list(spec.algorithms)
+            )
         names = {p.name(alg): p for p in spec.params_for(alg)}
         for k, v in entry.items():
             if k == "algorithm":
                 continue
             if k not in names:
-                raise _fail(f"{where}.{k}", v, f"not a parameter of {alg}'s search space", sorted(names))
+                raise _fail(
+                    f"{where}.{k}", v, f"not a parameter of {alg}'s search space", sorted(names)
+                )
             if not names[k].contains(v):
                 raise _fail(f"{where}.{k}", v, "outside the parameter's range or choices")
         per_alg[alg] = per_alg.get(alg, 0) + 1
@@ -462,7 +524,9 @@ def _parse_enqueue(entries: Any, spec: SweepSpec) -> tuple[tuple[tuple[str, Any]
     limit = spec.trials // len(spec.algorithms) if spec.equal_effort else spec.trials
     for alg, n in per_alg.items():
         if n > limit:
-            raise _fail("enqueue", n, f"more queued trials for {alg} than its share of trials ({limit})")
+            raise _fail(
+                "enqueue", n, f"more queued trials for {alg} than its share of trials ({limit})"
+            )
     return tuple(out)
 
 
@@ -550,7 +614,9 @@ def check_spec(spec: SweepSpec, fixed: Sequence[str] = ()) -> dict[str, Any]:
             if not ok and m:
                 fields = [f.name for f in dataclasses.fields(algorithm_class(alg).Config)]
                 if m.group(1) not in fields:
-                    raise _fail(f"search_space.{p.path}", path, f"{alg} has no such parameter", fields)
+                    raise _fail(
+                        f"search_space.{p.path}", path, f"{alg} has no such parameter", fields
+                    )
                 ok = True
             if not ok:
                 raise _fail(
@@ -563,7 +629,12 @@ def check_spec(spec: SweepSpec, fixed: Sequence[str] = ()) -> dict[str, Any]:
         task = str(cfg.task.name)
         allowed = ["auc", f"eval/{task}/accuracy"]
         if spec.objective.metric not in allowed:
-            raise _fail("objective.metric", spec.objective.metric, f"unknown metric for task {task!r}", allowed)
+            raise _fail(
+                "objective.metric",
+                spec.objective.metric,
+                f"unknown metric for task {task!r}",
+                allowed,
+            )
         try:
             point = compose_config(trial_overrides(spec, alg, sampled, fixed))
             validate(point)

@@ -38,7 +38,7 @@ def test_train_and_held_out_are_disjoint(tasks, h):
     assert len(train) == len(t.train_problems())  # no duplicates either
     assert len(set(held)) == len(held)
     assert train.isdisjoint(held)
-    assert len(held) == min(1000, len(held)) and len(held) > 0
+    assert len(held) == (1000 if h > 1 else 300 - len(train))  # h = 1: the whole test split
     # Every prompt has h operations.
     assert all(len(re.findall(r"[+\-*]", p)) == h for p in list(train)[:500] + held)
 
@@ -92,6 +92,24 @@ def test_grading(response, score):
     res = t.grade([response], [p])
     assert res.scores == [score]
     assert res.timeouts == 0 and res.errors == 0
+
+
+@pytest.mark.parametrize(
+    "response, answer",
+    [
+        ("#12", "12"),
+        ("1+2=3;# 3 ", "3"),
+        ("#1;#2", "2"),
+        ("12", None),
+        ("#", None),
+        ("#x", None),
+        ("#7a", None),
+        ("#-7", None),
+        ("#1 2", None),
+    ],
+)
+def test_extract(response, answer):
+    assert ArithTask.extract(response) == answer
 
 
 def test_grade_checks_lengths_match():

@@ -1,0 +1,784 @@
+"""Run a sweep: Optuna studies over the suite, W worker processes, one MLflow parent run.
+
+Optuna is used directly (DESIGN section 6: the Hydra Optuna sweeper needs optuna<3). Each trial
+composes its config with Hydra (the spec's base overrides, the sampled point, one seed, one
+algorithm), runs the normal training path (``run_suite``) as an MLflow child run of the sweep's
+parent run, reports its evaluations to Optuna (``trial.report(value, step=<eval index>)``) and
+stops when the pruner says so.
+
+Choices worth knowing:
+
+- Equal effort: with ``equal_effort: true`` each algorithm has its own study (``<name>-<alg>``)
+  and ``trials / len(algorithms)`` trials. A study per algorithm (rather than a round-robin over a
+  categorical in one study) keeps the sampler's model, the median pruner's comparison and the
+  importances within one algorithm, so a weak algorithm's trials are not pruned for being that
+  algorithm. Without it, one study samples ``algorithm`` like any categorical.
+- Exact trial counts: the main process creates the studies and computes how many trials are
+  missing; each missing trial is one task for the worker pool (``study.optimize(n_trials=1)``),
+  so W workers never overshoot. ``--trials N`` counts every trial of the study whatever its
+  state (COMPLETE, PRUNED, FAIL); ``--resume`` marks trials left RUNNING by an interrupted sweep
+  FAIL (user attr ``error``) and runs the rest. Do not resume a study another sweep process is
+  still running.
+- Reports: the evaluation at budget fraction 0 is not reported. It is the shared warm start, the
+  same for every trial, and Optuna's median pruner compares a trial's best value so far: with
+  it, a run that collapses from the start would still look as good as the start.
+- Failures: a trial whose run fails (or whose config fails) is FAIL with its error in the user
+  attr ``error``, and the study goes on. A pruned trial's MLflow run ends KILLED, tagged
+  ``trial_state=PRUNED``.
+- Storage: ``sqlite:///...`` (RDB, with a 60 s busy timeout and retries for "database is
+  locked"), any other SQLAlchemy URL, or a file path for Optuna's JournalStorage (the choice when
+  the storage sits on NFS). The MLflow store and experiment, and the Optuna studies, are created
+  once by the main process before any worker starts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import multiprocessing as mp
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sweeps.spec import SAMPLERS, SpecError, SweepSpec, check_spec, trial_overrides
+
+__all__ = [
+    "TAG_STUDY",
+    "TAG_TRIAL",
+    "TAG_TRIAL_STATE",
+    "BestTrial",
+    "MlflowTrialCallback",
+    "SweepResult",
+    "make_pruner",
+    "make_sampler",
+    "make_storage",
+    "objective_value",
+    "render_markdown",
+    "run_sweep",
+]
+
+log = logging.getLogger(__name__)
+
+#: Tags on each trial's MLflow child run.
+TAG_STUDY = "study_name"
+TAG_TRIAL = "trial_number"
+TAG_TRIAL_STATE = "trial_state"
+_ATTR_PARENT = "mlflow_parent_run_id"
+_ATTR_ERROR = "error"
+_T = TypeVar("_T")
+
+
+class TrialFailed(RuntimeError):
+    """The suite recorded the trial's run as FAILED (it catches run errors itself)."""
+
+
+# --------------------------------------------------------------------------- Optuna factories
+
+
+def make_storage(url: str) -> Any:
+    """An Optuna storage for ``url``: an RDB URL (``sqlite:///optuna.db``, ``postgresql://``),
+    or a file path (optionally ``journal:<path>``) for JournalStorage."""
+    import optuna
+
+    if "://" in url:
+        kwargs: dict[str, Any] | None = None
+        if url.startswith("sqlite:///"):
+            Path(url[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+            # Several workers write to one file: wait for the lock instead of failing at once.
+            kwargs = {"connect_args": {"timeout": 60}}
+        return _retry(lambda: optuna.storages.RDBStorage(url, engine_kwargs=kwargs), "open storage")
+    from optuna.storages.journal import JournalFileBackend
+
+    path = Path(url.removeprefix("journal:"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+
+
+def make_sampler(spec: SweepSpec, seed: int) -> Any:
+    """The spec's sampler (Optuna 5 factories are keyword-only) with ``seed``."""
+    import optuna
+
+    cls = getattr(optuna.samplers, SAMPLERS[spec.sampler.type][0])
+    return cls(seed=seed, **spec.sampler.kwargs)
+
+
+def make_pruner(spec: SweepSpec) -> Any:
+    """The spec's pruner; ``none`` is Optuna's NopPruner."""
+    import optuna
+
+    kind = spec.pruner.type
+    if kind == "none":
+        return optuna.pruners.NopPruner()
+    cls = optuna.pruners.MedianPruner if kind == "median" else optuna.pruners.HyperbandPruner
+    return cls(**spec.pruner.kwargs)
+
+
+def _locked(e: BaseException) -> bool:
+    return "database is locked" in str(e) or "database table is locked" in str(e)
+
+
+def _retry(fn: Callable[[], _T], what: str, attempts: int = 6) -> _T:
+    """Retry ``fn`` while SQLite reports a lock (beyond its busy timeout), with backoff."""
+    for i in range(attempts):
+        try:
+            return fn()
+        except Exception as e:
+            if not _locked(e) or i == attempts - 1:
+                raise
+            log.warning("%s: database is locked, retrying (%d/%d)", what, i + 1, attempts - 1)
+            time.sleep(0.5 * 2**i)
+    raise AssertionError("unreachable")
+
+
+# --------------------------------------------------------------------------- objective
+
+
+def objective_value(metric: str, evals: Sequence[tuple[float, float]]) -> float:
+    """The objective from (budget fraction, accuracy) pairs so far.
+
+    ``auc``: trapezoidal area under accuracy versus budget fraction, divided by the fractions it
+    covers (1 when the evaluations include 0 and 1), so it reads as a mean accuracy in [0, 1].
+    Any ``eval/<task>/accuracy``: the last accuracy. Reported at every evaluation, each value is
+    what the objective would be if the budget ended there.
+    """
+    if not evals:
+        raise TrialFailed("the run made no evaluation")
+    if metric != "auc" or len(evals) == 1:
+        return float(evals[-1][1])
+    area = sum(
+        (f1 - f0) * (a0 + a1) / 2 for (f0, a0), (f1, a1) in zip(evals, evals[1:], strict=False)
+    )
+    span = evals[-1][0] - evals[0][0]
+    return float(area / span) if span > 0 else float(sum(a for _, a in evals) / len(evals))
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What every trial of one sweep shares; picklable, sent to each worker."""
+
+    spec: SweepSpec
+    storage: str
+    tracking_uri: str
+    experiment_id: str
+    parent_run_id: str
+    fixed: tuple[str, ...]
+    log_level: int = logging.INFO
+
+
+class _Objective:
+    """One trial: compose the config, run the suite for one algorithm and seed, report evals."""
+
+    def __init__(self, ctx: _Context, study_name: str, algorithm: str | None) -> None:
+        self.ctx, self.study_name, self.algorithm = ctx, study_name, algorithm
+
+    def __call__(self, trial: Any) -> float:
+        import optuna
+
+        from benchmarks.cli import compose_config
+        from benchmarks.suite import run_suite
+
+        spec = self.ctx.spec
+        try:
+            alg = self.algorithm or trial.suggest_categorical("algorithm", list(spec.algorithms))
+            sampled = [p.override(alg, p.suggest(trial, alg)) for p in spec.params_for(alg)]
+            trial.set_user_attr("algorithm", alg)
+            trial.set_user_attr("overrides", sampled)
+            cfg = compose_config(trial_overrides(spec, alg, sampled, self.ctx.fixed))
+            evals: list[tuple[float, float]] = []
+
+            def on_eval(_alg: str, _seed: int, fraction: float, accuracy: float) -> None:
+                evals.append((fraction, accuracy))
+                if fraction <= 0.0:
+                    return  # the shared warm start: the same for every trial, nothing to compare
+                value = objective_value(spec.objective.metric, evals)
+                trial.report(value, step=len(evals) - 1)
+                if trial.should_prune():
+                    raise optuna.TrialPruned(
+                        f"pruned at evaluation {len(evals) - 1} (budget fraction {fraction:.3g}), "
+                        f"{spec.objective.metric}={value:.4f}"
+                    )
+
+            result = run_suite(
+                cfg,
+                progress=False,
+                parent_run_id=self.ctx.parent_run_id,
+                extra_tags={TAG_TRIAL: str(trial.number), TAG_STUDY: self.study_name},
+                on_eval=on_eval,
+            )
+            run = result.runs[0]
+            if run.run_id:
+                trial.set_user_attr("mlflow_run_id", run.run_id)
+            if run.status != "FINISHED":
+                raise TrialFailed(run.error or f"run ended {run.status}")
+            return objective_value(spec.objective.metric, evals)
+        except optuna.TrialPruned:
+            raise
+        except Exception as e:
+            trial.set_user_attr(_ATTR_ERROR, f"{type(e).__name__}: {e}"[:2000])
+            raise
+
+
+# --------------------------------------------------------------------------- MLflow callback
+
+
+class MlflowTrialCallback:
+    """Mirror each finished trial onto its MLflow child run (an Optuna ``callbacks`` entry).
+
+    The suite creates the child run and ends it FINISHED or FAILED; this adds what only Optuna
+    knows afterwards: tag ``trial_state`` (COMPLETE, PRUNED, FAIL), the sampled parameters as
+    params ``optuna.<name>``, metric ``sweep/objective``, status KILLED for a pruned run, and a
+    placeholder run for a trial that failed before its run existed, so every trial has one.
+    Written here because optuna-integration's MLflowCallback is deprecated; it never raises.
+    """
+
+    def __init__(self, tracking_uri: str, experiment_id: str, parent_run_id: str) -> None:
+        self.tracking_uri, self.experiment_id = tracking_uri, experiment_id
+        self.parent_run_id = parent_run_id
+
+    def __call__(self, study: Any, trial: Any) -> None:
+        try:
+            self._mirror(study.study_name, trial)
+        except Exception as e:  # tracking trouble must not end the study
+            log.warning("MLflow: could not record trial %d: %s", trial.number, e)
+
+    def _mirror(self, study_name: str, trial: Any) -> None:
+        from mlflow.entities import Metric, Param, RunTag
+        from mlflow.tracking import MlflowClient
+        from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+        from benchmarks import metrics as M
+
+        client = MlflowClient(self.tracking_uri)
+        state = trial.state.name
+        runs = client.search_runs(
+            [self.experiment_id],
+            filter_string=f"tags.{TAG_STUDY} = '{study_name}' AND tags.{TAG_TRIAL} = '{trial.number}'",
+        )
+        ids = [r.info.run_id for r in runs]
+        error = trial.user_attrs.get(_ATTR_ERROR)
+        if not ids:
+            alg = trial.user_attrs.get("algorithm") or trial.params.get("algorithm", "")
+            run = client.create_run(
+                self.experiment_id,
+                run_name=f"trial-{trial.number}-{alg}".rstrip("-"),
+                tags={
+                    MLFLOW_PARENT_RUN_ID: self.parent_run_id,
+                    M.TAG_ROLE: "trial",
+                    M.TAG_ALGORITHM: str(alg),
+                    TAG_STUDY: study_name,
+                    TAG_TRIAL: str(trial.number),
+                },
+            )
+            ids = [run.info.run_id]
+        ts = int(time.time() * 1000)
+        for rid in ids:
+            tags = [RunTag(TAG_TRIAL_STATE, state)]
+            if error:
+                tags.append(RunTag("error", str(error)[:5000]))
+            params = [Param(f"optuna.{k}", str(v)[:6000]) for k, v in trial.params.items()]
+            metrics = []
+            if trial.value is not None and math.isfinite(trial.value):
+                metrics.append(Metric("sweep/objective", float(trial.value), ts, 0))
+            client.log_batch(rid, metrics=metrics, params=params, tags=tags)
+            status = client.get_run(rid).info.status
+            if state == "PRUNED":
+                client.set_terminated(rid, "KILLED")
+            elif state == "FAIL" and status in ("RUNNING", "SCHEDULED"):
+                client.set_terminated(rid, "FAILED")
+
+
+# --------------------------------------------------------------------------- one trial (a task)
+
+
+def _init_worker(level: int) -> None:
+    """Logging in a spawned worker (it inherits no configuration)."""
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s"
+    )
+    for noisy in ("alembic", "mlflow", "httpx", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _run_trial(ctx: _Context, study_name: str, algorithm: str | None, seed: int) -> dict[str, Any]:
+    """Run one trial of ``study_name`` (in a worker process, or in-process for one worker)."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    t0 = time.perf_counter()
+    storage = make_storage(ctx.storage)
+    study = _retry(
+        lambda: optuna.load_study(
+            study_name=study_name,
+            storage=storage,
+            sampler=make_sampler(ctx.spec, seed),
+            pruner=make_pruner(ctx.spec),
+        ),
+        "load study",
+    )
+    finished: list[Any] = []
+    study.optimize(
+        _Objective(ctx, study_name, algorithm),
+        n_trials=1,
+        catch=(Exception,),
+        callbacks=[
+            MlflowTrialCallback(ctx.tracking_uri, ctx.experiment_id, ctx.parent_run_id),
+            lambda _study, trial: finished.append(trial),
+        ],
+    )
+    last = finished[-1]
+    out = {
+        "study": study_name,
+        "number": last.number,
+        "state": last.state.name,
+        "value": last.value,
+        "algorithm": last.user_attrs.get("algorithm", algorithm),
+        "params": dict(last.params),
+        "wall_s": time.perf_counter() - t0,
+    }
+    log.info(
+        "%s trial %d (%s): %s%s in %.0f s",
+        study_name,
+        out["number"],
+        out["algorithm"],
+        out["state"],
+        "" if out["value"] is None else f" {out['value']:.4f}",
+        out["wall_s"],
+    )
+    return out
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass
+class BestTrial:
+    """The best complete trial of one algorithm (None fields: no trial completed)."""
+
+    algorithm: str
+    study: str
+    value: float | None
+    number: int | None
+    params: dict[str, Any]
+    mlflow_run_id: str | None
+    complete: int
+    pruned: int
+    failed: int
+
+
+@dataclass
+class SweepResult:
+    """What a sweep leaves: where everything is, the best trial per algorithm, importances."""
+
+    name: str
+    studies: list[str]
+    storage: str
+    tracking_uri: str
+    experiment: str
+    parent_run_id: str
+    output_dir: Path
+    metric: str
+    direction: str
+    best: list[BestTrial] = field(default_factory=list)
+    #: Study -> parameter -> importance, or study -> why none could be computed.
+    importances: dict[str, dict[str, float] | str] = field(default_factory=dict)
+    states: dict[str, int] = field(default_factory=dict)
+    trials_run: int = 0
+    wall_s: float = 0.0
+    summary_md: Path | None = None
+    summary_json: Path | None = None
+
+    @property
+    def dashboard_command(self) -> str:
+        """How to open the storage in optuna-dashboard (extra ``dashboard``)."""
+        return f"optuna-dashboard {self.storage}"
+
+
+def _short_name(name: str, algorithm: str) -> str:
+    return name.removeprefix(f"algorithm.{algorithm}.")
+
+
+def _summarize(
+    spec: SweepSpec, studies: Mapping[str, tuple[Any, str | None]]
+) -> tuple[list[BestTrial], dict[str, dict[str, float] | str], dict[str, int]]:
+    """Best complete trial per algorithm, fANOVA importances per study, trial counts by state."""
+    import optuna
+    from optuna.importance import FanovaImportanceEvaluator, get_param_importances
+    from optuna.trial import TrialState
+
+    sign = 1.0 if spec.objective.direction == "maximize" else -1.0
+    best: list[BestTrial] = []
+    importances: dict[str, dict[str, float] | str] = {}
+    states: dict[str, int] = {}
+    for name, (study, fixed_alg) in studies.items():
+        trials = study.get_trials(deepcopy=False)
+        for t in trials:
+            states[t.state.name] = states.get(t.state.name, 0) + 1
+        for alg in [fixed_alg] if fixed_alg else spec.algorithms:
+            mine = trials if fixed_alg else [t for t in trials if t.params.get("algorithm") == alg]
+            done = [t for t in mine if t.state == TrialState.COMPLETE and t.value is not None]
+            top = max(done, key=lambda t: sign * t.value, default=None)
+            best.append(
+                BestTrial(
+                    algorithm=alg,
+                    study=name,
+                    value=None if top is None else float(top.value),
+                    number=None if top is None else top.number,
+                    params={}
+                    if top is None
+                    else {
+                        _short_name(k, alg): v for k, v in top.params.items() if k != "algorithm"
+                    },
+                    mlflow_run_id=None if top is None else top.user_attrs.get("mlflow_run_id"),
+                    complete=len(done),
+                    pruned=sum(t.state == TrialState.PRUNED for t in mine),
+                    failed=sum(t.state == TrialState.FAIL for t in mine),
+                )
+            )
+        n_done = sum(t.state == TrialState.COMPLETE for t in trials)
+        if n_done < 2:
+            importances[name] = f"needs at least 2 complete trials, has {n_done}"
+            continue
+        try:
+            imp = get_param_importances(study, evaluator=FanovaImportanceEvaluator(seed=spec.seed))
+            importances[name] = {k: float(v) for k, v in imp.items()}
+        except (ValueError, RuntimeError, optuna.exceptions.OptunaError) as e:
+            same = "zero total variance" in str(e)
+            importances[name] = (
+                "all complete trials scored the same" if same else f"not computable: {e}"
+            )
+    return best, importances, states
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def render_markdown(result: SweepResult) -> str:
+    """The best-trial table and the importances, as Markdown (logged to the parent run)."""
+    lines = [
+        f"# Sweep {result.name}",
+        "",
+        f"Objective: `{result.metric}` ({result.direction}). Storage: `{result.storage}` "
+        f"(open with `{result.dashboard_command}`). Trials by state: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(result.states.items())),
+        "",
+        "## Best trial per algorithm",
+        "",
+        "| algorithm | best | trial | complete | pruned | failed | parameters |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for b in result.best:
+        params = ", ".join(f"{k}={_fmt(v)}" for k, v in b.params.items()) or "-"
+        value = "-" if b.value is None else f"{b.value:.4f}"
+        number = "-" if b.number is None else str(b.number)
+        lines.append(
+            f"| {b.algorithm} | {value} | {number} | {b.complete} | {b.pruned} | {b.failed} | {params} |"
+        )
+    lines += ["", "## Parameter importances (fANOVA)", ""]
+    for study, imp in result.importances.items():
+        if isinstance(imp, str):
+            lines.append(f"- `{study}`: {imp}")
+            continue
+        lines.append(f"- `{study}`: " + ", ".join(f"{k} {v:.3f}" for k, v in imp.items()))
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- the sweep
+
+
+def _given(overrides: Sequence[str], key: str) -> bool:
+    return any(o.lstrip("+~").split("=", 1)[0] == key for o in overrides)
+
+
+def _prewarm(cfg: Any) -> None:
+    """Build the shared warm start once in the main process, so W workers do not all train it
+    and write the same cache directory at once. Best effort: on failure the first trials build
+    it themselves."""
+    try:
+        import torch
+
+        from benchmarks.modeling import build_char_tokenizer
+        from benchmarks.suite import _load_start_model
+        from benchmarks.tasks import ArithTask, build_task
+
+        if (
+            cfg.model.name_or_path is not None
+            or cfg.task.name != "arith"
+            or not cfg.warmstart.enabled
+        ):
+            return
+        torch.set_num_threads(max(1, os.cpu_count() or 1))
+        task = build_task(cfg.task)
+        tokenizer = build_char_tokenizer(ArithTask.alphabet)
+        try:
+            _load_start_model(cfg, int(cfg.seed), task, tokenizer)
+        finally:
+            close = getattr(task, "close", None)
+            if close:
+                close()
+    except Exception as e:
+        log.warning("could not build the warm start before the workers start (%s); they will", e)
+
+
+def _study_trials(study: Any) -> list[Any]:
+    return study.get_trials(deepcopy=False)
+
+
+def run_sweep(
+    spec: SweepSpec,
+    *,
+    trials: int | None = None,
+    workers: int = 1,
+    storage: str | None = None,
+    resume: bool = False,
+    study_name: str | None = None,
+    tracking_uri: str | None = None,
+    extra_overrides: Sequence[str] = (),
+) -> SweepResult:
+    """Run (or resume) a sweep until its studies hold ``trials`` trials in all.
+
+    Everything that can be wrong with the spec raises :class:`SpecError` before a storage, a
+    study or an MLflow run is created. ``workers`` > 1 runs trials in that many spawned
+    processes sharing the storage and the MLflow experiment.
+    """
+    import mlflow  # noqa: F401  (fail early if tracking is not installed)
+    import optuna
+    from mlflow.tracking import MlflowClient
+
+    from benchmarks import metrics as M
+    from benchmarks.tracking import default_tracking_uri, flatten, prepare_store
+
+    t0 = time.perf_counter()
+    if extra_overrides:
+        from dataclasses import replace
+
+        spec = replace(spec, base_overrides=(*spec.base_overrides, *extra_overrides))
+    if trials is not None:
+        spec = spec.with_trials(trials)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise SpecError(f"--workers={workers!r}: must be an integer >= 1")
+    name = study_name or spec.name
+    if not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
+        raise SpecError(f"--study-name={name!r}: use letters, digits, '_', '.' or '-'")
+    base = spec.base_overrides
+    storage = storage or f"sqlite:///{Path.cwd() / 'optuna.db'}"
+    from benchmarks.cli import compose_config
+
+    try:
+        base_cfg = compose_config([*base, *spec.budget, f"algorithm=[{spec.algorithms[0]}]"])
+    except Exception as e:
+        raise SpecError(f"base_overrides: {str(e).splitlines()[0] if str(e) else e}") from e
+    uri = tracking_uri or base_cfg.tracking.uri or default_tracking_uri()
+    experiment = (
+        str(base_cfg.tracking.experiment)
+        if _given(base, "tracking.experiment")
+        else f"sppo-bench-sweep-{name}"
+    )
+    out_dir = Path(
+        str(base_cfg.output_dir) if _given(base, "output_dir") else f"outputs/sweeps/{name}"
+    ).resolve()
+    fixed = [f"tracking.uri={uri}", f"tracking.experiment={experiment}", f"output_dir={out_dir}"]
+    if workers > 1 and not _given(base, "threads"):
+        fixed.append(f"threads={max(1, (os.cpu_count() or 1) // workers)}")  # no oversubscription
+    configs = check_spec(spec, fixed)  # every remaining spec error, before anything is created
+
+    # ---- storage and studies (created once, before any worker)
+    direction = spec.objective.direction
+    opt_storage = make_storage(storage)
+    present = set(optuna.get_all_study_names(opt_storage))
+    clash = [f"{name}{suffix}" for suffix in spec.studies if f"{name}{suffix}" in present]
+    if clash and not resume:
+        raise SpecError(
+            f"--study-name={name!r}: study {clash[0]!r} already exists in {storage}; pass "
+            "--resume to continue it, or another --study-name"
+        )
+    studies: dict[str, tuple[Any, str | None]] = {}
+    for suffix, alg in spec.studies.items():
+        sname = f"{name}{suffix}"
+        if sname in present:
+            study = optuna.load_study(study_name=sname, storage=opt_storage)
+            if study.direction.name.lower() != direction:
+                raise SpecError(
+                    f"objective.direction={direction!r}: study {sname!r} was created to {study.direction.name.lower()}"
+                )
+        else:
+            study = optuna.create_study(study_name=sname, storage=opt_storage, direction=direction)
+            study.set_user_attr("spec", json.loads(json.dumps(asdict(spec), default=str)))
+            if alg is not None:
+                study.set_user_attr("algorithm", alg)
+            for entry in spec.enqueue:
+                params = dict(entry)
+                if alg is not None and params["algorithm"] != alg:
+                    continue
+                if alg is not None or len(spec.algorithms) == 1:
+                    params.pop("algorithm")
+                study.enqueue_trial(params, user_attrs={"enqueued": True})
+        studies[sname] = (study, alg)
+
+    # ---- MLflow: the store, the experiment and the sweep's parent run, once
+    exp_id = prepare_store(uri, experiment)
+    client = MlflowClient(uri)
+    parent_id = None
+    if resume:
+        for study, _ in studies.values():
+            rid = study.user_attrs.get(_ATTR_PARENT)
+            if rid:
+                try:
+                    client.get_run(rid)
+                    parent_id = rid
+                    client.update_run(rid, status="RUNNING")
+                    break
+                except Exception:
+                    log.warning("sweep parent run %s not found in %s; starting a new one", rid, uri)
+    if parent_id is None:
+        parent = client.create_run(
+            exp_id,
+            run_name=f"sweep-{name}",
+            tags={
+                M.TAG_ROLE: "sweep",
+                "sweep.name": spec.name,
+                "sweep.studies": ",".join(studies),
+                "sweep.storage": storage,
+                M.TAG_TASK: str(base_cfg.task.name),
+                M.TAG_BUDGET_KIND: str(base_cfg.budget.kind),
+                M.TAG_BUDGET_LIMIT: str(base_cfg.budget.limit),
+            },
+        )
+        parent_id = parent.info.run_id
+        spec_dict = json.loads(json.dumps(asdict(spec), default=str))
+        from mlflow.entities import Param
+
+        params = flatten(
+            {"sweep": {k: v for k, v in spec_dict.items() if k not in ("search_space", "enqueue")}}
+        )
+        client.log_batch(parent_id, params=[Param(k, v[:6000]) for k, v in params.items()])
+        client.log_dict(parent_id, spec_dict, "sweep/spec.json")
+    for study, _ in studies.values():
+        study.set_user_attr(_ATTR_PARENT, parent_id)
+    ctx = _Context(
+        spec, storage, uri, exp_id, parent_id, tuple(fixed), logging.getLogger().getEffectiveLevel()
+    )
+    callback = MlflowTrialCallback(uri, exp_id, parent_id)
+
+    result = SweepResult(
+        name=name,
+        studies=list(studies),
+        storage=storage,
+        tracking_uri=uri,
+        experiment=experiment,
+        parent_run_id=parent_id,
+        output_dir=out_dir,
+        metric=spec.objective.metric,
+        direction=direction,
+    )
+    status = "FAILED"
+    try:
+        # ---- resume: trials an interrupted sweep left RUNNING are FAIL; count what is missing
+        target = spec.trials // len(studies)
+        tasks: list[tuple[str, str | None]] = []
+        per_study: dict[str, list[tuple[str, str | None]]] = {}
+        existing = 0
+        for sname, (study, alg) in studies.items():
+            for t in _study_trials(study):
+                if t.state.name == "RUNNING":
+                    study._storage.set_trial_user_attr(
+                        t._trial_id,
+                        _ATTR_ERROR,
+                        "interrupted: left RUNNING by an earlier sweep process",
+                    )
+                    study.tell(t.number, state=optuna.trial.TrialState.FAIL)
+                    callback(study, study._storage.get_trial(t._trial_id))
+                    log.warning("%s trial %d was left RUNNING; marked FAIL", sname, t.number)
+            done = [t for t in _study_trials(study) if t.state.name != "WAITING"]
+            existing += len(done)
+            missing = max(0, target - len(done))
+            per_study[sname] = [(sname, alg)] * missing
+            if len(done) > target:
+                log.warning(
+                    "%s already holds %d trials (> %d requested); running none",
+                    sname,
+                    len(done),
+                    target,
+                )
+        for i in range(max((len(v) for v in per_study.values()), default=0)):
+            tasks += [v[i] for v in per_study.values() if i < len(v)]  # round-robin over studies
+        log.info(
+            "sweep %s: %d trials to run (%d exist) over %s, %d worker(s); storage %s; MLflow %s run %s",
+            name,
+            len(tasks),
+            existing,
+            list(studies),
+            workers,
+            storage,
+            uri,
+            parent_id,
+        )
+        seeds = [spec.seed + existing + i for i in range(len(tasks))]
+        if workers > 1 and len(tasks) > 1:
+            _prewarm(next(iter(configs.values())))
+            ctx_mp = mp.get_context("spawn")
+            with ProcessPoolExecutor(
+                max_workers=min(workers, len(tasks)),
+                mp_context=ctx_mp,
+                initializer=_init_worker,
+                initargs=(ctx.log_level,),
+            ) as pool:
+                futures = [
+                    pool.submit(_run_trial, ctx, s, a, seed)
+                    for (s, a), seed in zip(tasks, seeds, strict=True)
+                ]
+                for f in as_completed(futures):
+                    try:
+                        f.result()
+                        result.trials_run += 1
+                    except Exception as e:  # the worker itself died; trials inside are caught
+                        log.error("a sweep worker failed: %s: %s", type(e).__name__, e)
+        else:
+            for (s, a), seed in zip(tasks, seeds, strict=True):
+                _run_trial(ctx, s, a, seed)
+                result.trials_run += 1
+
+        # ---- the summary: best trial per algorithm, importances; logged to the parent run
+        fresh = {
+            s: (optuna.load_study(study_name=s, storage=opt_storage), a)
+            for s, (_, a) in studies.items()
+        }
+        result.best, result.importances, result.states = _summarize(spec, fresh)
+        result.wall_s = time.perf_counter() - t0
+        out_dir.mkdir(parents=True, exist_ok=True)
+        result.summary_md = out_dir / "sweep_summary.md"
+        result.summary_md.write_text(render_markdown(result))
+        result.summary_json = out_dir / "sweep_summary.json"
+        result.summary_json.write_text(json.dumps(_jsonable(result), indent=2))
+        client.log_artifact(parent_id, str(result.summary_md), "sweep")
+        client.log_artifact(parent_id, str(result.summary_json), "sweep")
+        from mlflow.entities import Metric
+
+        ts = int(time.time() * 1000)
+        metrics = [
+            Metric(f"sweep/best/{b.algorithm}", b.value, ts, 0)
+            for b in result.best
+            if b.value is not None
+        ]
+        metrics.append(Metric("sweep/wall_s", result.wall_s, ts, 0))
+        client.log_batch(parent_id, metrics=metrics)
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        client.set_terminated(parent_id, status)
+    return result
+
+
+def _jsonable(result: SweepResult) -> dict[str, Any]:
+    d = asdict(result)
+    for k in ("output_dir", "summary_md", "summary_json"):
+        d[k] = None if d[k] is None else str(d[k])
+    d["dashboard_command"] = result.dashboard_command
+    return json.loads(json.dumps(d, default=str))
