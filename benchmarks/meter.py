@@ -10,6 +10,7 @@ the budget depend on batch composition rather than on the work an algorithm aske
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
@@ -97,7 +98,7 @@ class Budget:
         if not self.limit > 0:
             raise ValueError(f"budget.limit={self.limit} must be > 0")
         fr = tuple(float(f) for f in self.eval_fractions)
-        if any(not 0.0 <= f <= 1.0 for f in fr) or any(b <= a for a, b in zip(fr, fr[1:])):
+        if any(not 0.0 <= f <= 1.0 for f in fr) or any(b <= a for a, b in itertools.pairwise(fr)):
             raise ValueError(
                 f"budget.eval_fractions={list(fr)} must be increasing values in [0, 1]"
             )

@@ -240,7 +240,9 @@ class TorchEngine:
         response_mask = (~after_eos).float()
         # EOS and padding become the pad id before decoding (id 0 is an ordinary character in
         # many real vocabularies, so multiplying by the mask would append "!!!" to every text).
-        visible = torch.where(is_eos | (response_mask == 0), torch.full_like(response_ids, pad), response_ids)
+        visible = torch.where(
+            is_eos | (response_mask == 0), torch.full_like(response_ids, pad), response_ids
+        )
         texts = tok.batch_decode(visible.tolist(), skip_special_tokens=True)
         return Rollout(
             prompt_ids, prompt_mask, response_ids, response_mask, log_probs * response_mask, texts

@@ -239,7 +239,9 @@ class RLTrainer:
                 log.warning(
                     "%s: the budget ended at %.3f of its limit (the next step would not fit); "
                     "eval fractions %s were not reached",
-                    self.alg.name, self.budget.fraction(self.meter), list(skipped),
+                    self.alg.name,
+                    self.budget.fraction(self.meter),
+                    list(skipped),
                 )
             if not self.evals or self.evals[-1][0] < 1.0:
                 self._eval(1.0)  # the budget's end, even if the last step could not fill it

@@ -35,11 +35,23 @@ def cache_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("sweep_cache")
 
 
-def _spec(cache_dir: Path, **changes) -> dict:
+@pytest.fixture
+def base(tmp_path, cache_dir) -> list[str]:
+    """Micro-run overrides writing only under temp directories."""
+    return [
+        *MICRO,
+        f"cache_dir={cache_dir}",
+        f"output_dir={tmp_path / 'out'}",
+        "task.eval_size=64",
+        "threads=1",
+    ]
+
+
+def _spec(base: list[str], **changes) -> dict:
     spec = {
         "algorithms": ["sppo"],
         "trials": 2,
-        "base_overrides": [*MICRO, f"cache_dir={cache_dir}", "task.eval_size=64", "threads=1"],
+        "base_overrides": base,
         "budget": BUDGET,
         "search_space": {"algorithm.{alg}.actor_lr": dict(LR)},
         "objective": {"metric": "eval/arith/accuracy", "direction": "maximize"},
@@ -64,12 +76,12 @@ def _children(client: MlflowClient, result) -> list:  # noqa: ANN001
     return [r for r in runs if r.data.tags.get("mlflow.parentRunId") == result.parent_run_id]
 
 
-def test_parallel_sweep_two_workers_with_a_failing_trial(tmp_path, cache_dir):
+def test_parallel_sweep_two_workers_with_a_failing_trial(tmp_path, base):
     """4 trials over 2 algorithms (equal effort) on 2 workers; one trial's point cannot run
     (mini_batches=3 does not divide 32 samples): it is FAIL with its error, the rest complete."""
     spec = parse_spec(
         _spec(
-            cache_dir,
+            base,
             algorithms=["sppo", "grpo"],
             trials=4,
             search_space={
@@ -121,10 +133,10 @@ def test_parallel_sweep_two_workers_with_a_failing_trial(tmp_path, cache_dir):
     assert {"sweep/sweep_summary.md", "sweep/sweep_summary.json"} <= artifacts
 
 
-def test_resume_ends_with_exactly_the_requested_trials(tmp_path, cache_dir):
+def test_resume_ends_with_exactly_the_requested_trials(tmp_path, base):
     """Run 1 trial, leave one RUNNING as a killed sweep would, then --resume to 3 in all."""
     spec_path = tmp_path / "resume.yaml"
-    spec_path.write_text(yaml.safe_dump(_spec(cache_dir)))
+    spec_path.write_text(yaml.safe_dump(_spec(base)))
     stores = _stores(tmp_path)
     args = [
         str(spec_path),
@@ -152,12 +164,12 @@ def test_resume_ends_with_exactly_the_requested_trials(tmp_path, cache_dir):
     assert len(runs) == 1 + 3
 
 
-def test_median_pruner_stops_a_collapsing_learning_rate(tmp_path, cache_dir):
+def test_median_pruner_stops_a_collapsing_learning_rate(tmp_path, base):
     """Two good learning rates complete; actor lr 1e-2 collapses the policy after one step and is
     pruned before spending its full budget."""
     spec = parse_spec(
         _spec(
-            cache_dir,
+            base,
             trials=3,
             search_space={"algorithm.{alg}.actor_lr": {**LR, "high": 1e-2}},
             pruner={"type": "median", "n_startup_trials": 2},
@@ -211,9 +223,9 @@ BAD_SPECS = [
 
 
 @pytest.mark.parametrize(("changes", "message"), BAD_SPECS)
-def test_bad_spec_fails_before_any_trial_naming_the_field(tmp_path, cache_dir, changes, message):
+def test_bad_spec_fails_before_any_trial_naming_the_field(tmp_path, base, changes, message):
     with pytest.raises(SpecError) as e:
-        run_sweep(parse_spec(_spec(cache_dir, **changes)), **_stores(tmp_path))
+        run_sweep(parse_spec(_spec(base, **changes)), **_stores(tmp_path))
     assert message in str(e.value)
     assert not (tmp_path / "optuna.db").exists() and not (tmp_path / "mlflow.db").exists()
 
