@@ -1,6 +1,7 @@
 """``sppo-bench``: the command line.
 
     sppo-bench run [hydra overrides...]       the default CPU suite, or any suite/config
+    sppo-bench eval model=<path|id> tasks=[math500,aime24] k=16 [key=value ...] [--lm-eval]
     sppo-bench algorithms                     registered algorithms and their hyper-parameters
     sppo-bench report [--experiment NAME | --run-id ID] [--out DIR] [--tracking-uri URI]
     sppo-bench sweep SPEC [--trials N] [--workers W] [--storage URL] [--resume]
@@ -141,7 +142,10 @@ def _cmd_algorithms() -> int:
 
 
 def _cmd_report(argv: list[str]) -> int:
-    from analysis import load_runs, write_report
+    from mlflow.tracking import MlflowClient
+
+    from analysis import load_runs, log_report_to_mlflow, write_report
+    from benchmarks.metrics import TAG_ROLE
     from benchmarks.tracking import default_tracking_uri
 
     p = argparse.ArgumentParser(prog="sppo-bench report")
@@ -152,18 +156,38 @@ def _cmd_report(argv: list[str]) -> int:
     p.add_argument("--tracking-uri", default=None)
     a = p.parse_args(argv)
     uri = a.tracking_uri or default_tracking_uri()
-    if a.run_id:
-        df = load_runs(parent_run_id=a.run_id, tracking_uri=uri)
-        name = a.run_id[:8]
-    else:
-        name = a.experiment or "sppo-bench-default"
-        df = load_runs(name, tracking_uri=uri)
+    try:
+        if a.run_id:
+            df = load_runs(parent_run_id=a.run_id, tracking_uri=uri)
+            name = a.run_id[:8]
+        else:
+            name = a.experiment or "sppo-bench-default"
+            df = load_runs(name, tracking_uri=uri)
+    except ValueError as e:  # no such experiment
+        sys.stderr.write(f"sppo-bench report: {e} in {uri}\n")
+        return 2
     if df.empty:
         sys.stderr.write(f"sppo-bench report: no runs found in {uri} for {name}\n")
         return 2
     out = Path(a.out or f"reports/{name}")
-    path = write_report(df, out, title=f"sppo-bench: {name}")
+    path = write_report(df, out, title=f"sppo-bench: {name}", tracking_uri=uri)
     log.info("report written to %s", path)
+    # Attach the report to the suite's parent run: the one named, else the experiment's newest.
+    parent = a.run_id
+    if parent is None:
+        client = MlflowClient(tracking_uri=uri)
+        newest = client.search_runs(
+            sorted(df["experiment_id"].dropna().unique()),
+            filter_string=f"tags.`{TAG_ROLE}` = 'suite'",
+            order_by=["attributes.start_time DESC"],
+            max_results=1,
+        )
+        parent = newest[0].info.run_id if newest else None
+    if parent is not None:
+        log_report_to_mlflow(out, parent, tracking_uri=uri)
+        log.info("report logged to run %s (artifacts: report/)", parent)
+    else:
+        log.info("no suite parent run in %s: report not logged to MLflow", name)
     sys.stdout.write(f"{path}\n")
     return 0
 
@@ -188,11 +212,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         from sweeps.cli import main as sweep_main
 
         return sweep_main(rest)
+    if cmd == "eval":
+        from benchmarks.evaluate import main as eval_main
+
+        return eval_main(rest)
     if cmd in ("-h", "--help", "help"):
         sys.stdout.write(__doc__ or "")
         return 0
     sys.stderr.write(
-        f"sppo-bench: unknown command {cmd!r}; allowed: run, algorithms, report, sweep\n"
+        f"sppo-bench: unknown command {cmd!r}; allowed: run, eval, algorithms, report, sweep\n"
     )
     return 2
 

@@ -275,11 +275,15 @@ def load_dataset(
             return _take(_read_jsonl(path), limit, source=str(path))
         looked.append(str(path))
         logger.warning("%s: %s not found; trying the Hugging Face hub", name, path)
-    try:
-        import datasets as hf_datasets  # optional, heavy: imported only when needed
-    except ImportError:
-        hf_datasets = None
     hub_error = "the optional `datasets` package is not installed"
+    hf_datasets = None
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+        hub_error = "HF_HUB_OFFLINE is set"  # fail at once instead of after network retries
+    else:
+        try:
+            import datasets as hf_datasets  # optional, heavy: imported only when needed
+        except ImportError:
+            pass
     if hf_datasets is not None:
         try:
             rows = _read_hub(spec, hf_datasets)

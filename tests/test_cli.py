@@ -49,7 +49,7 @@ def test_bad_config_fails_before_any_work(overrides, expected, tmp_path, monkeyp
 
 def test_unknown_command(capsys):
     assert main(["frobnicate"]) == 2
-    assert "run, algorithms, report" in capsys.readouterr().err
+    assert "run, eval, algorithms, report, sweep" in capsys.readouterr().err
 
 
 def test_algorithms_lists_every_field_with_help(capsys):
