@@ -512,7 +512,7 @@ def _prewarm(cfg: Any) -> None:
             or not cfg.warmstart.enabled
         ):
             return
-        torch.set_num_threads(max(1, os.cpu_count() or 1))
+        torch.set_num_threads(int(cfg.threads))  # as a trial would (threads per worker)
         task = build_task(cfg.task)
         tokenizer = build_char_tokenizer(ArithTask.alphabet)
         try:
@@ -686,13 +686,10 @@ def run_sweep(
         for sname, (study, alg) in studies.items():
             for t in _study_trials(study):
                 if t.state.name == "RUNNING":
-                    study._storage.set_trial_user_attr(
-                        t._trial_id,
-                        _ATTR_ERROR,
-                        "interrupted: left RUNNING by an earlier sweep process",
-                    )
+                    why = "interrupted: left RUNNING by an earlier sweep process"
+                    opt_storage.set_trial_user_attr(t._trial_id, _ATTR_ERROR, why)
                     study.tell(t.number, state=optuna.trial.TrialState.FAIL)
-                    callback(study, study._storage.get_trial(t._trial_id))
+                    callback(study, opt_storage.get_trial(t._trial_id))
                     log.warning("%s trial %d was left RUNNING; marked FAIL", sname, t.number)
             done = [t for t in _study_trials(study) if t.state.name != "WAITING"]
             existing += len(done)

@@ -8,6 +8,22 @@ structure (types, ranges, names of samplers, pruners and their options), :func:`
 composes the suite config once per algorithm and checks every path, the metric and one point of
 the search space against the suite's own validation. Every error names the field, the bad value
 and what is allowed.
+
+    algorithms: [sppo, ppo, grpo, dapo]
+    equal_effort: true                 # a study per algorithm, trials split equally
+    trials: 32                         # in all (a multiple of the algorithms with equal_effort)
+    base_overrides: [task.horizon=3]   # Hydra overrides of the suite config
+    budget: [budget.limit=4096]        # budget overrides of each trial
+    search_space:
+      algorithm.{alg}.actor_lr: {type: float, low: 1.0e-5, high: 3.0e-3, log: true}
+      algorithm.{alg}.critic_lr: {type: float, low: 1.0e-5, high: 3.0e-3, log: true,
+                                  when_algorithm: [sppo, ppo]}
+      trainer.mini_batches: {type: categorical, choices: [1, 2, 4]}
+    objective: {metric: eval/arith/accuracy, direction: maximize}   # or metric: auc
+    sampler: tpe                       # tpe | cmaes | gp | random, or {type: tpe, <option>: ...}
+    pruner: median                     # median | hyperband | none, or {type: median, ...}
+    seed: 0
+    enqueue: [{algorithm: sppo, algorithm.sppo.actor_lr: 1.0e-4}]   # run these points first
 """
 
 from __future__ import annotations
@@ -435,6 +451,11 @@ def parse_spec(data: Mapping[str, Any], *, name: str = "sweep") -> SweepSpec:
     if not isinstance(equal_effort, bool):
         raise _fail("equal_effort", equal_effort, "must be true or false")
     base = _str_list(data, "base_overrides")
+    for o in base:
+        if o.lstrip("+~").split("=", 1)[0] == "algorithm":
+            raise _fail(
+                "base_overrides", o, "each trial selects its own algorithm", "`algorithms: [...]`"
+            )
     budget = _str_list(data, "budget")
     for o in budget:
         if not o.lstrip("+~").startswith("budget"):

@@ -19,6 +19,8 @@ from benchmarks import metrics as M
 from sweeps import (
     TAG_TRIAL_STATE,
     SpecError,
+    check_spec,
+    load_spec,
     objective_value,
     parse_spec,
     run_sweep,
@@ -228,6 +230,13 @@ def test_bad_spec_fails_before_any_trial_naming_the_field(tmp_path, base, change
         run_sweep(parse_spec(_spec(base, **changes)), **_stores(tmp_path))
     assert message in str(e.value)
     assert not (tmp_path / "optuna.db").exists() and not (tmp_path / "mlflow.db").exists()
+
+
+@pytest.mark.parametrize("name", ["lr_per_algorithm", "sppo_critic", "equal_effort"])
+def test_shipped_specs_are_valid_against_the_config(name):
+    spec = load_spec(name)
+    configs = check_spec(spec)
+    assert sorted(configs) == sorted(spec.algorithms)
 
 
 def test_cli_reports_a_spec_error_with_status_2(tmp_path, capsys):
