@@ -53,9 +53,12 @@ class TrainerConfig:
     eval_batch_size: int = 512
     eval_samples_logged: int = 64  # rows of the eval-sample table artifact
     max_consecutive_skips: int = 5  # non-finite steps tolerated in a row
-    calibration_prompts: int = (
-        200  # prompt critics: held-out prompts in the final calibration table
-    )
+    eval_k: int = 0  # > 0: also avg@k / pass@k with k samples per problem (final eval)
+    eval_k_every_checkpoint: bool = False  # ... and at every budget checkpoint
+    eval_k_problems: int | None = 200  # problems in the sampled evaluation (None: all)
+    eval_temperature: float = 0.6
+    # Prompt critics: held-out prompts in the final calibration table.
+    calibration_prompts: int = 200
     calibration_samples: int = 8  # samples per prompt for the empirical success rate
 
     def __post_init__(self) -> None:
@@ -292,10 +295,41 @@ class RLTrainer:
                 },
                 f"eval_samples/{name}_{'final' if fraction >= 1.0 else 'start'}.json",
             )
+        if self.cfg.eval_k > 0 and (fraction >= 1.0 or self.cfg.eval_k_every_checkpoint):
+            self._eval_sampled(fraction)
         if fraction >= 1.0 and self.alg.critic == "prompt" and self.cfg.calibration_prompts > 0:
             self._log_calibration()
         self.on_progress(self.budget.fraction(self.meter), {"acc": res.accuracy})
         self.on_eval(fraction, res)
+
+    def _eval_sampled(self, fraction: float) -> None:
+        """avg@k and pass@k with sampling, through the same code as ``sppo-bench eval``."""
+        from benchmarks.evaluate import evaluate_model, log_results
+
+        cfg = self.cfg
+        with self.meter.phase("eval"):
+            res = evaluate_model(
+                self.policy,
+                self.tok,
+                [self.task],
+                k=cfg.eval_k,
+                temperature=cfg.eval_temperature,
+                top_p=cfg.top_p,
+                max_new_tokens=cfg.max_new_tokens,
+                limit=cfg.eval_k_problems,
+                greedy=False,
+                seed=self.seed,
+                batch_size=cfg.eval_batch_size,
+            )
+        tag = "final" if fraction >= 1.0 else f"f{fraction:g}"
+        log_results(
+            self.tracker,
+            res,
+            step=self.step,
+            samples_logged=cfg.eval_samples_logged,
+            grader_totals=False,
+            table_prefix=f"eval_samples_k/{tag}",
+        )
 
     @torch.no_grad()
     def _log_calibration(self) -> None:

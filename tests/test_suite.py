@@ -88,3 +88,32 @@ def test_table_artifacts_and_plot(micro_suite):
     assert result.plot is not None and result.plot.exists() and result.plot.stat().st_size > 10_000
     parent_files = {a.path for a in client.list_artifacts(result.parent_run_id)}
     assert "config.yaml" in parent_files and "figures" in parent_files
+
+
+def test_sampled_eval_at_checkpoints(tmp_path):
+    """``trainer.eval_k`` adds avg@k / pass@k at budget checkpoints through `sppo-bench eval`'s code."""
+    from conftest import MICRO
+
+    from benchmarks.config import compose_config
+    from benchmarks.suite import run_suite
+
+    cfg = compose_config(
+        [
+            *MICRO,
+            "algorithm=[grpo]",
+            "trainer.eval_k=4",
+            "trainer.eval_k_every_checkpoint=true",
+            "trainer.eval_k_problems=20",
+            f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+            f"cache_dir={tmp_path / 'cache'}",
+            f"output_dir={tmp_path / 'out'}",
+        ]
+    )
+    result = run_suite(cfg, progress=False)
+    run = result.runs[0]
+    assert run.status == "FINISHED", run.error
+    client = MlflowClient(result.tracking_uri)
+    avg = client.get_metric_history(run.run_id, "eval/arith/avg_at_4")
+    pass_k = client.get_metric_history(run.run_id, "eval/arith/pass_at_4")
+    assert len(avg) == len(cfg.budget.eval_fractions) == len(pass_k)
+    assert all(0.0 <= a.value <= p.value <= 1.0 for a, p in zip(avg, pass_k, strict=True))
