@@ -8,6 +8,9 @@ notebook or CI job can analyse a store without the training stack. Typical use::
     df = load_runs("default-suite", tracking_uri="sqlite:///mlflow.db")
     points = eval_points(df)                  # one row per run x dataset x eval step
     plot_panels(points, x="compute/rollout_tokens", fit=True)
+    plot_training_curves(df)                  # train/score_mean, entropy, critic EV over compute
+    plot_calibration(load_calibration(df))    # SPPO's critic: sigmoid(v) vs success rate
+    plot_accuracy_vs_horizon(points)          # suite=horizon: final accuracy per horizon
     write_report(df, "reports/default-suite")
 
 Uncertainty follows rliable (dict[algorithm] -> array(runs, tasks)): stratified bootstrap
@@ -22,6 +25,13 @@ from ._common import (
     order_algorithms,
     order_datasets,
 )
+from .calibration import (
+    CALIBRATION_ARTIFACT,
+    calibration_bins,
+    expected_calibration_error,
+    load_calibration,
+    plot_calibration,
+)
 from .curves import (
     Curve,
     aligned_curves,
@@ -31,8 +41,16 @@ from .curves import (
     score_dict,
 )
 from .fit import SaturatingFit, fit_curves, fit_saturating, saturating_curve
+from .horizon import horizon_points, horizon_table, plot_accuracy_vs_horizon
 from .load import TIDY_COLUMNS, eval_points, load_runs
-from .plots import plot_accuracy_vs_compute, plot_memory, plot_panels
+from .notebook import resolve_tracking_uri, save_figure
+from .plots import (
+    plot_accuracy_table,
+    plot_accuracy_vs_compute,
+    plot_memory,
+    plot_panels,
+    plot_training_curves,
+)
 from .report import log_report_to_mlflow, write_report
 from .stats import (
     bootstrap_ci,
@@ -58,39 +76,51 @@ from .tables import (
 
 __all__ = [
     "ALGORITHM_ORDER",
+    "CALIBRATION_ARTIFACT",
     "DATASET_LABELS",
     "TABLE1_DATASETS",
     "TIDY_COLUMNS",
-    "Curve",
-    "SaturatingFit",
     "accuracy_table",
     "algorithm_colors",
     "aligned_curves",
     "bootstrap_ci",
+    "calibration_bins",
     "compute_to_target",
+    "Curve",
     "describe_compute_to_target",
     "eval_points",
+    "expected_calibration_error",
     "final_scores",
     "fit_curves",
     "fit_saturating",
     "format_accuracy_table",
     "format_number",
+    "horizon_points",
+    "horizon_table",
     "improvement_estimates",
     "improvement_table",
     "interval_estimates",
     "iqm",
     "iqm_table",
+    "load_calibration",
     "load_runs",
     "log_report_to_mlflow",
     "memory_table",
     "order_algorithms",
     "order_datasets",
+    "plot_accuracy_table",
     "plot_accuracy_vs_compute",
+    "plot_accuracy_vs_horizon",
+    "plot_calibration",
     "plot_memory",
     "plot_panels",
+    "plot_training_curves",
     "probability_of_improvement",
     "probability_of_improvement_ci",
+    "resolve_tracking_uri",
     "saturating_curve",
+    "SaturatingFit",
+    "save_figure",
     "score_dict",
     "stratified_bootstrap",
     "summary_table",

@@ -6,6 +6,7 @@ leaf names of eval metrics, the paper's dataset order) live here, once.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from benchmarks.metrics import (
@@ -14,7 +15,11 @@ from benchmarks.metrics import (
     COMPUTE_ROLLOUT_SAMPLES,
     COMPUTE_ROLLOUT_TOKENS,
     COMPUTE_WALL_S,
+    CRITIC_EXPLAINED_VAR,
     MEMORY_PEAK_BYTES,
+    TRAIN_ENTROPY,
+    TRAIN_REWARD_MEAN,
+    TRAIN_SCORE_MEAN,
 )
 
 #: Leaf names of ``eval/<dataset>/<metric>`` (not in benchmarks.metrics).
@@ -25,6 +30,11 @@ SE_SUFFIX = "_se"
 BUDGET_FRACTION = "budget_fraction"
 #: MLflow's own tag linking a nested run to its parent.
 MLFLOW_PARENT_TAG = "mlflow.parentRunId"
+#: Tag the harness sets on every ``arith`` run (and on each point of a ``task.horizon`` grid):
+#: the number of reasoning steps per problem. Not in benchmarks.metrics, which names it nowhere.
+HORIZON_TAG = "horizon"
+#: Eval dataset names of a horizon grid: ``arith_h<h>`` (``suite=horizon``).
+_HORIZON_DATASET = re.compile(r"^(?P<task>[A-Za-z0-9]+)_h(?P<h>[0-9]+)$")
 
 #: The reference algorithm of the suite: ratios and improvement probabilities are relative to it.
 REFERENCE = "sppo"
@@ -63,6 +73,15 @@ AXIS_LABELS: dict[str, str] = {
     COMPUTE_PROMPTS: "prompts",
     COMPUTE_WALL_S: "wall-clock time (s)",
     MEMORY_PEAK_BYTES: "peak memory (bytes)",
+    "step": "optimizer step",
+}
+
+#: Panel titles and axis labels (with units) of the metrics drawn by `plot_training_curves`.
+METRIC_LABELS: dict[str, tuple[str, str]] = {
+    TRAIN_SCORE_MEAN: ("Training success rate", "fraction of sampled responses correct"),
+    TRAIN_REWARD_MEAN: ("Training reward", "mean shaped reward per response"),
+    TRAIN_ENTROPY: ("Policy entropy", "entropy (nats / token)"),
+    CRITIC_EXPLAINED_VAR: ("Critic explained variance", "explained variance of returns"),
 }
 
 #: Columns of a run's identity, copied from tags into every loaded row.
@@ -80,6 +99,7 @@ RUN_COLUMNS: tuple[str, ...] = (
     "budget_limit",
     "role",
     "status",
+    "horizon",
 )
 
 
@@ -97,9 +117,25 @@ def order_datasets(names: Iterable[str]) -> list[str]:
     return known + sorted(n for n in names if n not in TABLE1_DATASETS)
 
 
+def dataset_horizon(name: str) -> int | None:
+    """Horizon encoded in a horizon-grid dataset name (``arith_h4`` -> 4), else None."""
+    m = _HORIZON_DATASET.match(str(name))
+    return int(m.group("h")) if m else None
+
+
 def dataset_label(name: str) -> str:
-    """Display label of a dataset id (``math500`` -> ``MATH500``)."""
+    """Display label of a dataset id (``math500`` -> ``MATH500``, ``arith_h4`` -> ``Arith,
+    horizon 4``)."""
+    m = _HORIZON_DATASET.match(str(name))
+    if m and m.group("task") in DATASET_LABELS:
+        return f"{DATASET_LABELS[m.group('task')]}, horizon {int(m.group('h'))}"
     return DATASET_LABELS.get(name, name)
+
+
+def metric_label(name: str) -> tuple[str, str]:
+    """(panel title, axis label) of a training metric (``train/entropy`` -> ``("Policy
+    entropy", "entropy (nats / token)")``); the metric name twice when it has none."""
+    return METRIC_LABELS.get(name, (name, name))
 
 
 def axis_label(column: str) -> str:

@@ -38,7 +38,7 @@ from benchmarks.metrics import (
     parse_eval_metric,
 )
 
-from ._common import BUDGET_FRACTION, MLFLOW_PARENT_TAG, RUN_COLUMNS
+from ._common import BUDGET_FRACTION, HORIZON_TAG, MLFLOW_PARENT_TAG, RUN_COLUMNS
 
 __all__ = ["TIDY_COLUMNS", "eval_points", "load_runs"]
 
@@ -80,8 +80,11 @@ def load_runs(
             agree).
 
     Returns:
-        Columns :data:`TIDY_COLUMNS`; ``seed`` is an integer when every seed tag is one, ``value``
-        is NaN where MLflow stored a NaN, duplicate (run, metric, step) points keep the latest.
+        Columns :data:`TIDY_COLUMNS`; ``seed`` is an integer when every seed tag is one,
+        ``horizon`` (arith runs) a number, ``value`` is NaN where MLflow stored a NaN, duplicate
+        (run, metric, step) points keep the latest. ``df.attrs["tracking_uri"]`` records the
+        store, so later steps (the calibration tables of :func:`analysis.write_report`) can read
+        its artifacts.
     """
     from mlflow.tracking import MlflowClient
 
@@ -110,14 +113,18 @@ def load_runs(
         meta = _run_frame([_record(r) for r in runs], exclude_roles)
         history = _client_history(client, runs, metrics)
     if meta is None or meta.empty:
-        return pd.DataFrame(columns=list(TIDY_COLUMNS))
+        empty = pd.DataFrame(columns=list(TIDY_COLUMNS))
+        empty.attrs["tracking_uri"] = uri
+        return empty
 
     history = history.sort_values(["timestamp"], kind="stable")
     history = history.drop_duplicates(["run_id", "metric", "step"], keep="last")
     tidy = history.merge(meta, on="run_id", how="left", validate="many_to_one")
     tidy = tidy.sort_values(["run_id", "metric", "step"], kind="stable").reset_index(drop=True)
     logger.debug("loaded %d runs, %d rows from %s", len(meta), len(tidy), uri)
-    return tidy[list(TIDY_COLUMNS)]
+    tidy = tidy[list(TIDY_COLUMNS)]
+    tidy.attrs["tracking_uri"] = uri
+    return tidy
 
 
 def eval_points(df: pd.DataFrame, dataset: str | Sequence[str] | None = None) -> pd.DataFrame:
@@ -262,6 +269,7 @@ _TAG_KEYS = (
     TAG_BUDGET_KIND,
     TAG_BUDGET_LIMIT,
     TAG_ROLE,
+    HORIZON_TAG,
 )
 
 
@@ -328,6 +336,7 @@ def _run_frame(records: Sequence[_Record], exclude_roles: Sequence[str] = ()) ->
                 "budget_limit": tags.get(TAG_BUDGET_LIMIT),
                 "role": tags.get(TAG_ROLE),
                 "status": status,
+                "horizon": tags.get(HORIZON_TAG),
             }
         )
     meta = pd.DataFrame(rows, columns=list(RUN_COLUMNS))
@@ -337,6 +346,7 @@ def _run_frame(records: Sequence[_Record], exclude_roles: Sequence[str] = ()) ->
     if seeds.notna().all() and (seeds == seeds.round()).all():
         meta["seed"] = seeds.astype("int64")
     meta["budget_limit"] = pd.to_numeric(meta["budget_limit"], errors="coerce")
+    meta["horizon"] = pd.to_numeric(meta["horizon"], errors="coerce")
     return meta
 
 

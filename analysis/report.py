@@ -17,13 +17,30 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from benchmarks.metrics import COMPUTE_AXES, COMPUTE_FLOPS, COMPUTE_ROLLOUT_TOKENS, COMPUTE_WALL_S
+from benchmarks.metrics import (
+    COMPUTE_AXES,
+    COMPUTE_FLOPS,
+    COMPUTE_ROLLOUT_SAMPLES,
+    COMPUTE_ROLLOUT_TOKENS,
+    COMPUTE_WALL_S,
+    CRITIC_EXPLAINED_VAR,
+    TRAIN_ENTROPY,
+    TRAIN_SCORE_MEAN,
+)
 
 from ._common import ACCURACY, REFERENCE, axis_label, order_algorithms, order_datasets
+from .calibration import (
+    CALIBRATION_ARTIFACT,
+    calibration_bins,
+    expected_calibration_error,
+    load_calibration,
+    plot_calibration,
+)
 from .curves import compute_to_target, describe_compute_to_target
 from .fit import fit_curves
+from .horizon import horizon_table, plot_accuracy_vs_horizon
 from .load import eval_points
-from .plots import plot_memory, plot_panels
+from .plots import plot_memory, plot_panels, plot_training_curves
 from .tables import (
     accuracy_table,
     format_accuracy_table,
@@ -104,6 +121,8 @@ def write_report(
     reps: int = 2000,
     fit_reps: int = 100,
     seed: int = 0,
+    tracking_uri: str | None = None,
+    calibration: pd.DataFrame | None = None,
 ) -> Path:
     """Write figures (PNG, PDF), tables (CSV, Markdown, LaTeX) and ``report.md`` into out_dir.
 
@@ -119,6 +138,15 @@ def write_report(
         reps: bootstrap replicates of the accuracy, IQM and improvement intervals.
         fit_reps: bootstrap replicates of the fit intervals (each one is a refit).
         seed: seeds every bootstrap.
+        tracking_uri: store to read the runs' calibration tables from; default
+            ``df.attrs["tracking_uri"]`` (set by :func:`analysis.load_runs`).
+        calibration: the calibration tables (:func:`analysis.load_calibration`) instead of
+            reading them from the store.
+
+    Figures, each when its data is present: accuracy versus every compute axis (one panel per
+    benchmark), training dynamics (success rate, entropy, critic explained variance versus
+    rollout samples), final accuracy versus horizon (``suite=horizon``: two or more horizons),
+    prompt-critic calibration (runs that logged ``critic_calibration.json``), peak memory.
 
     Returns:
         Path of report.md.
@@ -163,15 +191,18 @@ def write_report(
         fits: dict[str, pd.DataFrame] = {}
         for x in x_axes:
             fits[x] = fit_curves(points, x, None, metric, reps=0)
+            dashed = "; dashed: saturating fit" if len(fits[x]) else ""
+            scale = "; log scale past the start point" if x == COMPUTE_FLOPS else ""
             w.figure(
                 f"accuracy_vs_{_short(x)}",
-                f"{metric} versus {axis_label(x)}: mean over seeds with 95% band; dashed: "
-                "saturating fit",
+                f"{metric} versus {axis_label(x)}: mean over seeds with 95% band{dashed}{scale}",
                 lambda fig, x=x: plot_panels(
                     points, x, metric=metric, fit=fits[x], ncols=ncols, fig=fig, reps=reps
                 ),
                 size,
             )
+
+        _horizon_section(w, points, metric, reps, seed)
 
         w.section("Final accuracy (paper Table 1 layout)")
         acc = accuracy_table(points, metric, reps=reps, seed=seed)
@@ -191,7 +222,14 @@ def write_report(
                 f"{axis_label(fit_x)}, 95% bootstrap intervals.",
             )
             table = fit_curves(points, fit_x, None, metric, reps=fit_reps, seed=seed)
-            w.table("fits", f"Saturating fit of {metric} versus {axis_label(fit_x)}", table)
+            if table.empty:
+                w.lines += [
+                    "No fit: each algorithm needs at least three eval points past the start "
+                    "(four without one at zero compute); raise `budget.eval_fractions`.",
+                    "",
+                ]
+            else:
+                w.table("fits", f"Saturating fit of {metric} versus {axis_label(fit_x)}", table)
 
         targets = []
         for x in [a for a in (COMPUTE_ROLLOUT_TOKENS, *x_axes) if a in x_axes]:
@@ -230,6 +268,16 @@ def write_report(
                 improvement,
             )
 
+    _dynamics_section(w, df, reps, seed)
+    uri = tracking_uri or df.attrs.get("tracking_uri")
+    if calibration is None and uri is not None:
+        try:
+            calibration = load_calibration(df, uri)
+        except Exception as err:  # an unreadable artifact store must not cost the whole report
+            logger.warning("calibration tables not read from %s: %s", uri, err)
+    if calibration is not None and not calibration.empty:
+        _calibration_section(w, calibration)
+
     w.section("Compute, memory, throughput")
     w.table(
         "summary",
@@ -240,7 +288,8 @@ def write_report(
     if memory["normalised"].notna().any():
         w.figure(
             "memory",
-            "Peak memory normalised to the largest",
+            "Peak memory per algorithm (mean over seeds), normalised to the largest, MiB on "
+            "each bar; on CPU the process's resident set, interpreter and libraries included",
             lambda fig: plot_memory(df, ax=fig.subplots()),
             (5.0, 3.6),
         )
@@ -252,6 +301,86 @@ def write_report(
     report.write_text("\n".join(w.lines).rstrip() + "\n")
     logger.info("wrote %s (%d files)", report, len(w.files) + 1)
     return report
+
+
+_DYNAMICS = (TRAIN_SCORE_MEAN, TRAIN_ENTROPY, CRITIC_EXPLAINED_VAR)
+
+
+def _dynamics_section(w: _Writer, df: pd.DataFrame, reps: int, seed: int) -> None:
+    present = [m for m in _DYNAMICS if (df["metric"] == m).any()]
+    if not present:
+        return
+    x = COMPUTE_ROLLOUT_SAMPLES if (df["metric"] == COMPUTE_ROLLOUT_SAMPLES).any() else "step"
+    where = ""
+    horizons = df["horizon"].dropna().unique() if "horizon" in df.columns else []
+    if len(horizons) > 1:  # a horizon grid: one horizon's runs, not seeds pooled over horizons
+        longest = max(horizons)
+        df = df[df["horizon"] == longest]
+        where = f" at the longest horizon ({int(longest)} steps)"
+    w.section(
+        "Training dynamics",
+        "Per optimizer step: the success rate of the sampled responses, the policy's entropy and "
+        "the critic's explained variance (critic algorithms only), the paper's Fig. 4 view of "
+        f"PPO's collapse versus SPPO{where}.",
+    )
+    w.figure(
+        "training_curves",
+        f"Training metrics versus {axis_label(x)}{where}: mean over seeds (95% band with several)",
+        lambda fig: plot_training_curves(df, present, x, fig=fig, reps=min(reps, 1000), seed=seed),
+        (4.4 * len(present), 3.4),
+    )
+
+
+def _horizon_section(w: _Writer, points: pd.DataFrame, metric: str, reps: int, seed: int) -> None:
+    table = horizon_table(points, metric, reps=reps, seed=seed)
+    if table["horizon"].nunique() < 2:
+        return
+    w.section(
+        "Accuracy versus horizon",
+        "Final accuracy at each horizon (reasoning steps per problem): the long-horizon "
+        "credit-assignment test. Grey dashed: accuracy before RL.",
+    )
+    w.figure(
+        "accuracy_vs_horizon",
+        f"Final {metric} versus horizon: mean over seeds with 95% bars (±1.96 s.e. with one seed)",
+        lambda fig: plot_accuracy_vs_horizon(points, fig.subplots(), metric=metric, reps=reps),
+        (5.4, 3.8),
+    )
+    w.table("horizon", f"Final {metric} per algorithm and horizon", table)
+
+
+def _calibration_section(w: _Writer, cal: pd.DataFrame) -> None:
+    w.section(
+        "Critic calibration",
+        f"Prompt critics only (`{CALIBRATION_ARTIFACT}`, logged at the end of each run): "
+        "predicted success sigmoid(v(x)) against the policy's success rate over k samples, per "
+        "held-out prompt (the paper's Fig. 7). ECE: prompt-weighted mean |predicted − empirical| "
+        "over 10 equal-width bins.",
+    )
+    w.figure(
+        "calibration",
+        "Reliability diagram of the prompt critic: bin means with 95% bars, dots = prompts, "
+        "dashed = perfect calibration",
+        lambda fig: plot_calibration(cal, fig.subplots()),
+        (5.2, 5.0),
+    )
+    group = [c for c in ("algorithm", "horizon") if cal[c].notna().any()]
+    rows = []
+    for key, sub in cal.groupby(group, sort=False) if group else [((), cal)]:
+        key = key if isinstance(key, tuple) else (key,)
+        bins = calibration_bins(sub)
+        rows.append(
+            {
+                **dict(zip(group, key, strict=True)),
+                "runs": sub["run_id"].nunique(),
+                "prompts": len(sub),
+                "ece": expected_calibration_error(sub["predicted"], sub["empirical"]),
+                "mean_predicted": float(sub["predicted"].mean()),
+                "mean_empirical": float(sub["empirical"].mean()),
+                "bins_used": len(bins),
+            }
+        )
+    w.table("calibration", "Prompt-critic calibration per algorithm", pd.DataFrame(rows))
 
 
 def log_report_to_mlflow(

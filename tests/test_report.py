@@ -1,0 +1,197 @@
+"""`sppo-bench report` on the session's micro suite: every file report.md links exists, the files
+are logged to the suite's parent run, and the tables cover the four algorithms. Then the pieces
+the report adds over the accuracy curves (calibration, horizon, training curves) on small frames
+with known answers."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.figure import Figure
+from mlflow.tracking import MlflowClient
+
+from analysis import (
+    calibration_bins,
+    expected_calibration_error,
+    horizon_table,
+    load_calibration,
+    load_runs,
+    plot_accuracy_vs_horizon,
+    plot_calibration,
+    plot_training_curves,
+    resolve_tracking_uri,
+)
+from benchmarks.cli import main
+
+FOUR = {"sppo", "ppo", "grpo", "dapo"}
+
+
+def _report(micro_suite, tmp_path: Path, *selector: str) -> tuple[Path, str]:
+    result, _ = micro_suite
+    out = tmp_path / "report"
+    rc = main(["report", *selector, "--out", str(out), "--tracking-uri", result.tracking_uri])
+    assert rc == 0
+    return out, result.parent_run_id
+
+
+def test_report_writes_every_file_it_lists_and_logs_them(micro_suite, tmp_path: Path) -> None:
+    result, _ = micro_suite
+    out, parent = _report(micro_suite, tmp_path, "--run-id", result.parent_run_id)
+    text = (out / "report.md").read_text()
+    links = set(re.findall(r"\]\(([^)\s]+)\)", text))
+    for name in links:
+        assert (out / name).is_file() and (out / name).stat().st_size > 0, name
+    written = {p.name for p in out.iterdir()}
+    assert written == links | {"report.md"}  # nothing written that the report does not list
+    # The default suite's figures: accuracy on every compute axis, dynamics, calibration, memory.
+    for fig in (
+        "accuracy_vs_flops",
+        "accuracy_vs_rollout_tokens",
+        "accuracy_vs_rollout_samples",
+        "accuracy_vs_wall_s",
+        "training_curves",
+        "calibration",
+        "memory",
+    ):
+        assert {f"{fig}.png", f"{fig}.pdf"} <= links, fig
+        assert (out / f"{fig}.png").stat().st_size > 10_000, fig
+    assert "accuracy_vs_horizon.png" not in links  # one horizon: no horizon figure
+
+    for table in ("accuracy", "summary", "memory", "throughput", "iqm", "compute_to_target"):
+        frame = pd.read_csv(out / f"{table}.csv")
+        assert set(frame["algorithm"]) == FOUR, table
+    assert set(pd.read_csv(out / "calibration.csv")["algorithm"]) == {"sppo"}
+
+    client = MlflowClient(tracking_uri=result.tracking_uri)
+    logged = {Path(a.path).name for a in client.list_artifacts(parent, "report")}
+    assert logged == written
+
+
+def test_report_by_experiment_logs_to_the_newest_suite_run(micro_suite, tmp_path: Path) -> None:
+    result, _ = micro_suite
+    # The micro suite's parent is the only (so the newest) suite run of its experiment.
+    out, parent = _report(micro_suite, tmp_path, "--experiment", result.experiment)
+    client = MlflowClient(tracking_uri=result.tracking_uri)
+    local = client.download_artifacts(parent, "report/report.md", str(tmp_path / "dl"))
+    assert Path(local).read_text() == (out / "report.md").read_text()
+    assert Path(local).read_text().startswith(f"# sppo-bench: {result.experiment}")
+
+
+def test_report_unknown_experiment_fails_cleanly(micro_suite, tmp_path: Path, capsys) -> None:
+    result, _ = micro_suite
+    rc = main(["report", "--experiment", "no-such", "--tracking-uri", result.tracking_uri])
+    assert rc == 2 and "no-such" in capsys.readouterr().err
+
+
+def test_load_calibration_from_the_store(micro_suite) -> None:
+    result, _ = micro_suite
+    df = load_runs(parent_run_id=result.parent_run_id, tracking_uri=result.tracking_uri)
+    cal = load_calibration(df)  # the store comes from df.attrs
+    assert set(cal["algorithm"]) == {"sppo"} and len(cal) > 0
+    assert cal["predicted"].between(0, 1).all() and cal["empirical"].between(0, 1).all()
+    by_id = load_calibration(df["run_id"].unique(), result.tracking_uri)
+    assert by_id[["prompt", "predicted", "empirical"]].equals(
+        cal[["prompt", "predicted", "empirical"]]
+    )
+    assert set(by_id["algorithm"]) == {"sppo"}  # identity read from the run's tags
+
+
+# --- the pieces, on frames with known answers -----------------------------------------------
+
+
+def test_calibration_bins_and_ece_by_hand() -> None:
+    cal = pd.DataFrame(
+        {"predicted": [0.05, 0.15, 0.12, 0.95, 0.91], "empirical": [0.0, 0.25, 0.5, 1.0, 0.75]}
+    )
+    bins = calibration_bins(cal, bins=10)
+    assert bins["n"].tolist() == [1, 2, 2]
+    assert bins["predicted"].tolist() == pytest.approx([0.05, 0.135, 0.93])
+    assert bins["empirical"].tolist() == pytest.approx([0.0, 0.375, 0.875])
+    # |0.05-0| * 1 + |0.135-0.375| * 2 + |0.93-0.875| * 2, over 5 prompts
+    ece = expected_calibration_error(cal["predicted"], cal["empirical"], bins=10)
+    assert ece == pytest.approx((0.05 + 2 * 0.24 + 2 * 0.055) / 5)
+    assert expected_calibration_error([0.0, 1.0], [0.0, 1.0]) == 0.0  # edges land in end bins
+    cal = cal.assign(algorithm="sppo", k=8, run_id="r", horizon=np.nan)
+    ax = plot_calibration(cal, Figure().subplots())
+    assert any("ECE 0.128" in t.get_text() for t in ax.get_legend().get_texts())
+
+
+def _horizon_points(seeds: int) -> pd.DataFrame:
+    """Final accuracy = 0.5 / h + 0.01 * (seed - mean seed), start 0.1, per algorithm offset."""
+    rows = []
+    for algo, bonus in (("sppo", 0.1), ("ppo", 0.0)):
+        for h in (1, 2, 4):
+            for s in range(seeds):
+                for step, frac in ((0, 0.0), (10, 1.0)):
+                    acc = 0.1 if frac == 0 else 0.5 / h + bonus + 0.01 * (s - (seeds - 1) / 2)
+                    rows.append(
+                        {
+                            "run_id": f"{algo}-{h}-{s}",
+                            "algorithm": algo,
+                            "seed": s,
+                            "dataset": f"arith_h{h}",
+                            "step": step,
+                            "budget_fraction": frac,
+                            "accuracy": acc,
+                            "accuracy_se": 0.02,
+                        }
+                    )
+    return pd.DataFrame(rows)
+
+
+def test_horizon_table_means_and_intervals() -> None:
+    table = horizon_table(_horizon_points(3), reps=500).set_index(["algorithm", "horizon"])
+    assert table.loc[("sppo", 2), "mean"] == pytest.approx(0.35)
+    assert table.loc[("ppo", 4), "mean"] == pytest.approx(0.125)
+    assert (table["lo"] <= table["mean"]).all() and (table["mean"] <= table["hi"]).all()
+    assert table["start"].tolist() == pytest.approx([0.1] * 6)
+    assert (table["n_runs"] == 3).all()
+    one = horizon_table(_horizon_points(1)).set_index(["algorithm", "horizon"])
+    assert one.loc[("ppo", 1), "hi"] - one.loc[("ppo", 1), "mean"] == pytest.approx(
+        1.96 * 0.02, rel=1e-3
+    )
+    ax = plot_accuracy_vs_horizon(_horizon_points(3), Figure().subplots(), reps=200)
+    assert ax.get_xscale() == "log"
+    assert [t.get_text() for t in ax.get_legend().get_texts()][:2] == ["sppo (n=3)", "ppo (n=3)"]
+
+
+def test_horizon_from_the_tag_when_the_dataset_does_not_name_it() -> None:
+    pts = _horizon_points(1)
+    pts = pts.assign(horizon=pts["dataset"].str[-1].astype(int), dataset="arith")
+    table = horizon_table(pts)
+    assert sorted(table["horizon"].unique()) == [1, 2, 4]
+    with pytest.raises(ValueError, match="suite=horizon"):
+        plot_accuracy_vs_horizon(pts.drop(columns="horizon"), Figure().subplots())
+
+
+def test_training_curves_mean_over_seeds() -> None:
+    rows = []
+    for algo in ("sppo", "grpo"):
+        for s in range(2):
+            for step in range(1, 5):
+                base = {"run_id": f"{algo}{s}", "algorithm": algo, "step": step}
+                rows.append({**base, "metric": "train/score_mean", "value": step / 10 + s / 100})
+                rows.append({**base, "metric": "compute/rollout_samples", "value": 32.0 * step})
+                if algo == "sppo":
+                    rows.append({**base, "metric": "critic/explained_variance", "value": 0.5})
+    fig = plot_training_curves(pd.DataFrame(rows), fig=Figure(), reps=200)
+    score, ev = fig.axes  # train/entropy was not logged: no panel for it
+    line = score.get_lines()[0]
+    assert line.get_label() == "sppo (n=2)"
+    assert line.get_xdata().tolist() == [32.0, 64.0, 96.0, 128.0]
+    assert line.get_ydata() == pytest.approx([0.105, 0.205, 0.305, 0.405])
+    assert [ln.get_label() for ln in ev.get_lines()] == ["sppo (n=2)"]
+
+
+def test_resolve_tracking_uri_finds_the_store_in_a_parent(tmp_path: Path) -> None:
+    (tmp_path / "mlflow.db").write_bytes(b"")
+    (tmp_path / "notebooks").mkdir()
+    found = resolve_tracking_uri("sqlite:///mlflow.db", start=tmp_path / "notebooks")
+    assert found == f"sqlite:///{(tmp_path / 'mlflow.db').as_posix()}"
+    assert resolve_tracking_uri("http://127.0.0.1:5000") == "http://127.0.0.1:5000"
+    with pytest.raises(FileNotFoundError, match="SPPO_BENCH_TRACKING_URI"):
+        resolve_tracking_uri("sqlite:///missing.db", start=tmp_path)
