@@ -28,6 +28,22 @@ from benchmarks.datasets import (
 )
 
 
+@pytest.fixture(autouse=True)
+def _hub_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI sets HF_HUB_OFFLINE; these tests drive the hub path with a fake `datasets` module."""
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+
+
+def test_offline_skips_the_hub(monkeypatch: pytest.MonkeyPatch) -> None:
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the hub must not be tried offline")
+
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=never))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(FileNotFoundError, match="HF_HUB_OFFLINE is set"):
+        load_dataset("aime25")
+
+
 def _find_data_dir() -> Path | None:
     shared = Path(__file__).resolve().parents[2] / "shared" / "data"
     if shared.is_dir():
