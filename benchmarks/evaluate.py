@@ -42,8 +42,8 @@ from typing import Any
 import torch
 
 from benchmarks import metrics as M
-from benchmarks.grading import Grader, GradeResult, avg_at_k, extract_answer, pass_at_k
-from benchmarks.tasks import ArithTask, Task, TaskProblem
+from benchmarks.grading import GradeResult, avg_at_k, extract_answer, pass_at_k
+from benchmarks.tasks import ArithTask, GraderSet, Task, TaskProblem
 
 __all__ = [
     "ARITH",
@@ -260,35 +260,6 @@ def _help() -> str:
 # --- tasks -------------------------------------------------------------------------------------
 
 
-class _Graders:
-    """One grader per kind, shared by every task of an evaluation (a math-verify pool starts once)."""
-
-    def __init__(self, timeout_s: float, workers: int) -> None:
-        self.timeout_s, self.workers = timeout_s, workers
-        self._graders: dict[str, Grader] = {}
-
-    def grade(self, responses: Sequence[str], problems: Sequence[TaskProblem]) -> GradeResult:
-        scores = [0.0] * len(problems)
-        timeouts = errors = 0
-        for kind in dict.fromkeys(p.grader for p in problems):
-            idx = [i for i, p in enumerate(problems) if p.grader == kind]
-            if kind not in self._graders:
-                self._graders[kind] = Grader(kind, timeout_s=self.timeout_s, workers=self.workers)  # type: ignore[arg-type]
-            g = self._graders[kind].grade(
-                [responses[i] for i in idx], [problems[i].answer for i in idx]
-            )
-            for i, s in zip(idx, g.scores, strict=True):
-                scores[i] = s
-            timeouts += g.timeouts
-            errors += g.errors
-        return GradeResult(scores=scores, timeouts=timeouts, errors=errors)
-
-    def close(self) -> None:
-        for g in self._graders.values():
-            g.close()
-        self._graders.clear()
-
-
 @dataclass
 class _EvalTask:
     """A task's held-out problems with its grading and answer extraction (the ``Task.grade`` shape
@@ -325,7 +296,7 @@ def _build_tasks(
     tokenizer: Any,
     max_new_tokens: int | None,
     arith_horizon: int,
-    graders: _Graders,
+    graders: GraderSet,
 ) -> list[_EvalTask]:
     """Resolve names (or trainer ``Task`` objects) into problems, graders and token budgets.
 
@@ -603,7 +574,7 @@ def evaluate_model(
 
     if getattr(tokenizer, "padding_side", "left") != "left":
         raise ValueError("evaluate_model: the tokenizer must pad on the left (padding_side='left')")
-    graders = _Graders(grader_timeout_s, grader_workers)
+    graders = GraderSet(grader_timeout_s, grader_workers)
     try:
         built = _build_tasks(
             tasks,
@@ -859,7 +830,7 @@ def main(argv: list[str]) -> int:
             tokenizer=None,
             max_new_tokens=s.max_new_tokens,
             arith_horizon=s.arith_horizon,
-            graders=_Graders(s.grader_timeout_s, s.grader_workers),
+            graders=GraderSet(s.grader_timeout_s, s.grader_workers),
         )
     except FileNotFoundError as e:
         return fail(f"data_dir={s.data_dir}: {e} (here: data_dir=DIR)")

@@ -22,11 +22,11 @@ import itertools
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-from benchmarks.grading import GradeResult
+from benchmarks.grading import Grader, GradeResult
 
-__all__ = ["ArithTask", "DatasetTask", "Task", "TaskProblem", "build_task"]
+__all__ = ["ArithTask", "DatasetTask", "GraderSet", "Task", "TaskProblem", "build_task"]
 
 _OPS = {
     "+": lambda a, b: (a + b) % 10,
@@ -177,11 +177,45 @@ class ArithTask:
         pass
 
 
+class GraderSet:
+    """One grader per kind, started on first use and shared by every problem of that kind.
+
+    Problems of one batch may need different graders (MATH's LaTeX answers versus AIME's
+    integers): each problem carries its kind, and a batch is graded kind by kind, so a math-verify
+    process pool starts once however many tasks or batches use it.
+    """
+
+    def __init__(self, timeout_s: float = 3.0, workers: int = 1) -> None:
+        self.timeout_s, self.workers = timeout_s, workers
+        self._graders: dict[str, Grader] = {}
+
+    def grade(self, responses: Sequence[str], problems: Sequence[TaskProblem]) -> GradeResult:
+        scores = [0.0] * len(problems)
+        timeouts = errors = 0
+        for kind in dict.fromkeys(p.grader for p in problems):
+            idx = [i for i, p in enumerate(problems) if p.grader == kind]
+            if kind not in self._graders:
+                self._graders[kind] = Grader(kind, timeout_s=self.timeout_s, workers=self.workers)  # type: ignore[arg-type]
+            g = self._graders[kind].grade(
+                [responses[i] for i in idx], [problems[i].answer for i in idx]
+            )
+            for i, sc in zip(idx, g.scores, strict=True):
+                scores[i] = sc
+            timeouts += g.timeouts
+            errors += g.errors
+        return GradeResult(scores=scores, timeouts=timeouts, errors=errors)
+
+    def close(self) -> None:
+        for g in self._graders.values():
+            g.close()
+        self._graders.clear()
+
+
 class DatasetTask:
     """A real benchmark (MATH-500, AIME, GSM8K, ...) loaded from JSONL or the hub and graded safely.
 
     Training and evaluation sets may need different graders (MATH's LaTeX answers versus AIME's
-    integers), so each problem carries its grader kind and a batch is graded per kind.
+    integers), so each problem carries its grader kind (see :class:`GraderSet`).
     """
 
     def __init__(
@@ -220,9 +254,7 @@ class DatasetTask:
 
         self._train = load(train_name, train_size)
         self._test = load(test_name, eval_size)
-        self._timeout = grader_timeout_s
-        self._workers = grader_workers
-        self._graders: dict[str, Any] = {}
+        self._graders = GraderSet(grader_timeout_s, grader_workers)
 
     def train_problems(self) -> Sequence[TaskProblem]:
         return self._train
@@ -231,27 +263,10 @@ class DatasetTask:
         return self._test
 
     def grade(self, responses: Sequence[str], problems: Sequence[TaskProblem]) -> GradeResult:
-        from benchmarks.grading import Grader
-
-        scores = [0.0] * len(problems)
-        timeouts = errors = 0
-        for kind in dict.fromkeys(p.grader for p in problems):
-            idx = [i for i, p in enumerate(problems) if p.grader == kind]
-            if kind not in self._graders:
-                self._graders[kind] = Grader(kind, timeout_s=self._timeout, workers=self._workers)
-            g = self._graders[kind].grade(
-                [responses[i] for i in idx], [problems[i].answer for i in idx]
-            )
-            for i, sc in zip(idx, g.scores, strict=True):
-                scores[i] = sc
-            timeouts += g.timeouts
-            errors += g.errors
-        return GradeResult(scores=scores, timeouts=timeouts, errors=errors)
+        return self._graders.grade(responses, problems)
 
     def close(self) -> None:
-        for g in self._graders.values():
-            g.close()
-        self._graders.clear()
+        self._graders.close()
 
 
 def build_task(cfg, tokenizer=None) -> Task:  # noqa: ANN001 - an omegaconf node or mapping

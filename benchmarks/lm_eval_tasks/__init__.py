@@ -139,6 +139,7 @@ def run_lm_eval(
 
     from benchmarks import evaluate as E
     from benchmarks.datasets import DATASETS, PROMPT_TEMPLATES, resolve_data_dir
+    from benchmarks.tasks import GraderSet
 
     from . import utils
 
@@ -158,7 +159,7 @@ def run_lm_eval(
         tokenizer=tokenizer,
         max_new_tokens=max_new_tokens,
         arith_horizon=arith_horizon,
-        graders=E._Graders(grader_timeout_s, grader_workers),
+        graders=GraderSet(grader_timeout_s, grader_workers),
     )
     root = resolve_data_dir(data_dir)
     utils.configure(template=template, timeout_s=grader_timeout_s, workers=grader_workers)
