@@ -26,6 +26,28 @@ MICRO = [
 ]
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """One torch thread for a test module: tiny matmuls gain nothing from intra-op threads, and
+    on a loaded 2-core machine OpenMP's spin-waiting makes them many times slower. Restored after
+    (``threads=1`` in a composed config also sets the global count)."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    """The character tokenizer of the `arith` task."""
+    from benchmarks.modeling import build_char_tokenizer
+    from benchmarks.tasks import ArithTask
+
+    return build_char_tokenizer(ArithTask.alphabet)
+
+
 @pytest.fixture(scope="session")
 def micro_suite(tmp_path_factory):
     """Run the four default algorithms once at a micro budget; yields (result, config)."""

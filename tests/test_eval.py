@@ -36,14 +36,7 @@ ARITH_LIMIT = 50
 K = 4
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One torch thread: on matrices this small a second thread only adds spin-waiting (ten times
-    slower on a busy machine). ``threads=1`` in the CLI sets the global count too: restore it."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="session")

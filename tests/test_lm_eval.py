@@ -9,9 +9,10 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import DATA_DIR
-from test_eval import _last_run, _one_thread, tiny_model  # noqa: F401 - shared fixtures
+from test_eval import _last_run, tiny_model  # noqa: F401 - shared fixtures
 
 pytest.importorskip("lm_eval")
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 from benchmarks import metrics as M  # noqa: E402
 from benchmarks.evaluate import (  # noqa: E402

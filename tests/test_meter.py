@@ -18,14 +18,7 @@ from benchmarks.meter import BUDGET_KINDS, Budget, ComputeMeter, FlopModel
 FM = FlopModel(hidden=8, layers=1, intermediate=16, vocab=20, kv_dim=4)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # Tiny matmuls gain nothing from intra-op threads, and on a loaded 2-core machine OpenMP's
-    # spinning makes them orders of magnitude slower.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_linear_params_by_hand():

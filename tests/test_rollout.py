@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from benchmarks.modeling import ModelSpec, build_char_tokenizer, build_tiny_llama
+from benchmarks.modeling import ModelSpec, build_tiny_llama
 from benchmarks.rollout import (
     Rollout,
     TorchEngine,
@@ -21,19 +21,7 @@ SPEC = ModelSpec(
 PROMPTS = ["7=", "1+2=", "3*4-5=", "9-9*9+1=", "4+4=", "0*1*2*3*4="]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # Tiny matmuls gain nothing from intra-op threads, and on a loaded 2-core machine OpenMP's
-    # spinning makes them orders of magnitude slower.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return build_char_tokenizer(ArithTask.alphabet)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from algorithms.grpo import GRPO
 from benchmarks import metrics as M
 from benchmarks.grading import GradeResult
 from benchmarks.meter import Budget
-from benchmarks.modeling import ModelSpec, ValueModel, build_char_tokenizer, build_tiny_llama
+from benchmarks.modeling import ModelSpec, ValueModel, build_tiny_llama
 from benchmarks.rollout import TorchEngine
 from benchmarks.tasks import ArithTask
 from benchmarks.tracking import NullTracker
@@ -46,19 +46,7 @@ class FirstDigitTask(ArithTask):
         return GradeResult([1.0 if r[:1].isdigit() else 0.0 for r in responses])
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # Tiny matmuls gain nothing from intra-op threads, and on a loaded 2-core machine OpenMP's
-    # spinning makes them orders of magnitude slower.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return build_char_tokenizer(ArithTask.alphabet)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
