@@ -17,7 +17,8 @@ from matplotlib.axes import Axes
 from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
 from scipy.stats import norm
 
-from ._common import ACCURACY, SE_SUFFIX, algorithm_colors, dataset_horizon, order_algorithms
+from ._common import ACCURACY, algorithm_colors, dataset_horizon, order_algorithms
+from .curves import final_scores
 from .load import eval_points
 from .stats import bootstrap_ci
 
@@ -50,24 +51,13 @@ def horizon_points(df_or_points: pd.DataFrame, metric: str = ACCURACY) -> pd.Dat
     pts = pts.assign(horizon=from_name.fillna(from_tag)).dropna(subset=["horizon", metric])
     if pts.empty:
         return pd.DataFrame(columns=cols)
-    pts = pts.sort_values("step", kind="stable")
-    by_run = pts.groupby(["run_id", "dataset"], sort=False)
-    last = by_run.tail(1)
-    start = by_run[metric].first()
-    se_col = metric + SE_SUFFIX
-    out = pd.DataFrame(
-        {
-            "run_id": last["run_id"],
-            "algorithm": last["algorithm"],
-            "seed": last["seed"] if "seed" in last.columns else np.nan,
-            "dataset": last["dataset"],
-            "horizon": last["horizon"].astype(int),
-            "start": start.reindex(pd.MultiIndex.from_frame(last[["run_id", "dataset"]]))
-            .astype(float)
-            .to_numpy(),
-            "final": last[metric].astype(float),
-            "final_se": last[se_col].astype(float) if se_col in last.columns else np.nan,
-        }
+    key = ["run_id", "dataset"]
+    by_run = pts.sort_values("step", kind="stable").groupby(key)
+    out = (
+        final_scores(pts, metric)
+        .rename(columns={"value": "final", "se": "final_se"})
+        .join(by_run[metric].first().astype(float).rename("start"), on=key)
+        .join(by_run["horizon"].first().astype(int), on=key)
     )
     return out.sort_values(["horizon", "algorithm", "run_id"]).reset_index(drop=True)[cols]
 
