@@ -158,16 +158,12 @@ def validate(cfg: Any) -> _Plan:
         raise ConfigError(f"task: {e}") from e
     except ValueError as e:
         raise ConfigError(str(e)) from e
-    ws = _as_dict(cfg.warmstart)
-    for i, ph in enumerate(ws.get("phases") or []):
-        if (
-            set(ph) != {"steps", "direct_fraction"}
-            or int(ph["steps"]) < 0
-            or not 0 <= float(ph["direct_fraction"]) <= 1
-        ):
-            raise ConfigError(
-                f"warmstart.phases[{i}]={ph}: need {{steps: int >= 0, direct_fraction: [0, 1]}}"
-            )
+    from benchmarks.warmstart import parse_phases
+
+    try:
+        parse_phases(_as_dict(cfg.warmstart)["phases"])
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
     return _Plan(built, trainers, budget, seeds, task)
 
 

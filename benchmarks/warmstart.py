@@ -22,7 +22,7 @@ import torch
 from benchmarks.rollout import TorchEngine, encode_prompts, response_logprobs
 from benchmarks.tasks import ArithTask
 
-__all__ = ["WARMSTART_VERSION", "config_hash", "warm_start"]
+__all__ = ["WARMSTART_VERSION", "config_hash", "parse_phases", "warm_start"]
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,26 @@ WARMSTART_VERSION = 3
 def config_hash(parts: Mapping[str, Any]) -> str:
     blob = json.dumps({"v": WARMSTART_VERSION, **parts}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def parse_phases(phases: Any) -> list[tuple[int, float]]:
+    """``warmstart.phases`` as ``[(steps, direct_fraction), ...]``; a ValueError names the bad
+    entry. The suite calls it before any compute, and the warm start itself before training."""
+    parsed = []
+    for i, ph in enumerate(phases or []):
+        if (
+            not isinstance(ph, Mapping)
+            or set(ph) != {"steps", "direct_fraction"}
+            or int(ph["steps"]) < 0
+            or not 0.0 <= float(ph["direct_fraction"]) <= 1.0
+        ):
+            raise ValueError(
+                f"warmstart.phases[{i}]={ph}: need {{steps: int >= 0, direct_fraction: [0, 1]}}"
+            )
+        parsed.append((int(ph["steps"]), float(ph["direct_fraction"])))
+    if not parsed:
+        raise ValueError("warmstart.phases is empty: need at least one {steps, direct_fraction}")
+    return parsed
 
 
 def _sft(
@@ -48,11 +68,7 @@ def _sft(
     engine = TorchEngine(model, tokenizer)
     stop = cfg.get("stop_accuracy")
     acc = float("nan")
-    phases = [(int(p["steps"]), float(p["direct_fraction"])) for p in cfg["phases"]]
-    if not phases or any(n < 0 or not 0.0 <= d <= 1.0 for n, d in phases):
-        raise ValueError(
-            f"warmstart.phases={cfg['phases']}: need a list of {{steps >= 0, direct_fraction in [0, 1]}}"
-        )
+    phases = parse_phases(cfg["phases"])
     facts = task.facts()
     n_facts = round(int(cfg["batch_size"]) * float(cfg.get("facts_fraction", 0.0)))
     schedule = [d for n, d in phases for _ in range(n)]
