@@ -19,7 +19,6 @@ __all__ = [
     "ValueModel",
     "build_char_tokenizer",
     "build_tiny_llama",
-    "count_params",
 ]
 
 log = logging.getLogger(__name__)
@@ -75,10 +74,6 @@ def build_tiny_llama(spec: ModelSpec, vocab_size: int, seed: int):  # noqa: ANN2
         torch.manual_seed(seed)
         model = LlamaForCausalLM(cfg)
     return model
-
-
-def count_params(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
 
 
 class ValueModel(nn.Module):

@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import subprocess
-import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -176,10 +175,3 @@ class MlflowTracker:
             raise
         else:
             client.set_terminated(rid, "FINISHED")
-
-
-def write_json(data: Any, directory: str | None = None) -> Path:
-    fd, path = tempfile.mkstemp(suffix=".json", dir=directory)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2)
-    return Path(path)
