@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/pip install --quiet -e ".[dev,verl,bench]"
 	touch $(STAMP)
 
 install: $(STAMP)
