@@ -5,6 +5,7 @@
     sppo-bench algorithms                     registered algorithms and their hyper-parameters
     sppo-bench report [--experiment NAME | --run-id ID] [--out DIR] [--tracking-uri URI]
     sppo-bench sweep SPEC [--trials N] [--workers W] [--storage URL] [--resume]
+    sppo-bench bench [--quick] [--out PATH]   engine/trainer speed vs the CPU's GEMM ceiling and TRL
 
 Overrides are Hydra's (``algorithm=[sppo,grpo] budget.limit=32768 seeds=3 task.horizon=3``); the
 config tree is ``benchmarks/conf``. Errors in the config exit with status 2 before any compute,
@@ -216,11 +217,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         from benchmarks.evaluate import main as eval_main
 
         return eval_main(rest)
+    if cmd == "bench":
+        from benchmarks.bench import main as bench_main
+
+        return bench_main(rest)
     if cmd in ("-h", "--help", "help"):
         sys.stdout.write(__doc__ or "")
         return 0
     sys.stderr.write(
-        f"sppo-bench: unknown command {cmd!r}; allowed: run, eval, algorithms, report, sweep\n"
+        f"sppo-bench: unknown command {cmd!r}; allowed: run, eval, algorithms, report, sweep, bench\n"
     )
     return 2
 
