@@ -149,10 +149,14 @@ def _top_p_filter(logp: torch.Tensor, top_p: float) -> torch.Tensor:
 class TorchEngine:
     """Batched KV-cache sampling with the trainer's own policy module (CPU or one GPU)."""
 
-    def __init__(self, model, tokenizer, *, batch_size: int = 512) -> None:  # noqa: ANN001
+    def __init__(self, model, tokenizer, *, batch_size: int = 512, fast: bool = True) -> None:  # noqa: ANN001
+        from benchmarks.fastdecode import LlamaDecoder, supports
+
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
+        # Llama models sample through the lean static-cache decoder; others through HF's cache.
+        self._fast = LlamaDecoder(model) if fast and supports(model) else None
 
     def sync_weights(self) -> None:
         """Colocated: the engine holds the trainer's module itself."""
@@ -191,6 +195,38 @@ class TorchEngine:
         device = next(model.parameters()).device
         prompt_ids, prompt_mask = encode_prompts(tok, prompts)
         prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)
+        eos, pad = tok.eos_token_id, tok.pad_token_id
+        if self._fast is not None:
+            response_ids, log_probs = self._fast.generate(
+                prompt_ids,
+                prompt_mask,
+                temperature=temperature,
+                top_p=top_p,
+                max_new_tokens=max_new_tokens,
+                eos_id=eos,
+                pad_id=pad,
+                gen=gen,
+                top_p_filter=_top_p_filter,
+            )
+        else:
+            response_ids, log_probs = self._hf_loop(
+                prompt_ids, prompt_mask, temperature, top_p, max_new_tokens, gen
+            )
+        model.train(was_training)
+        return self._finish(prompt_ids, prompt_mask, response_ids, log_probs)
+
+    def _hf_loop(
+        self,
+        prompt_ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        temperature: float,
+        top_p: float,
+        max_new_tokens: int,
+        gen: torch.Generator,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sampling through HF's own KV cache (any causal LM)."""
+        model, tok = self.model, self.tokenizer
+        device = prompt_ids.device
         B = prompt_ids.shape[0]
         mask = prompt_mask.long()
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -231,9 +267,17 @@ class TorchEngine:
                 use_cache=True,
             )
             past, logits = out.past_key_values, out.logits[:, -1]
-        model.train(was_training)
-        response_ids = torch.stack(ids, dim=1)  # (B, T)
-        log_probs = torch.stack(lps, dim=1)
+        return torch.stack(ids, dim=1), torch.stack(lps, dim=1)  # (B, T) each
+
+    def _finish(
+        self,
+        prompt_ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        response_ids: torch.Tensor,
+        log_probs: torch.Tensor,
+    ) -> Rollout:
+        tok = self.tokenizer
+        eos, pad = tok.eos_token_id, tok.pad_token_id
         # A token is real up to and including the first EOS.
         is_eos = response_ids == eos
         after_eos = (is_eos.long().cumsum(-1) - is_eos.long()) > 0

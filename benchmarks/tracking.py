@@ -10,6 +10,7 @@ accident.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -116,11 +117,15 @@ def git_commit() -> str:
 
 
 class MlflowTracker:
-    """Logs one run. Metrics are batched per step (one ``log_batch`` call per step)."""
+    """Logs one run. Metrics are batched per step (one ``log_batch`` call per step) and written
+    asynchronously by MLflow's own logging queue (``synchronous=False``), so a step never waits
+    for the store; :meth:`flush` (called before the run is ended) waits for every pending write."""
 
-    def __init__(self, client, run_id: str) -> None:  # noqa: ANN001 - MlflowClient
+    def __init__(self, client, run_id: str, *, synchronous: bool = False) -> None:  # noqa: ANN001
         self.client = client
         self.run_id = run_id
+        self.synchronous = synchronous
+        self._pending: list = []
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         import time
@@ -130,7 +135,17 @@ class MlflowTracker:
         ts = int(time.time() * 1000)
         batch = [Metric(k, float(v), ts, step) for k, v in metrics.items()]
         for i in range(0, len(batch), 1000):
-            self.client.log_batch(self.run_id, metrics=batch[i : i + 1000], synchronous=True)
+            op = self.client.log_batch(
+                self.run_id, metrics=batch[i : i + 1000], synchronous=self.synchronous
+            )
+            if op is not None:
+                self._pending.append(op)
+
+    def flush(self) -> None:
+        """Wait until every metric logged so far is in the store (raises a failed write)."""
+        pending, self._pending = self._pending, []
+        for op in pending:
+            op.wait()
 
     def log_table(self, data: Mapping[str, list], artifact_file: str) -> None:
         self.client.log_table(self.run_id, data=dict(data), artifact_file=artifact_file)
@@ -169,7 +184,10 @@ class MlflowTracker:
         tracker = cls(client, rid)
         try:
             yield tracker
+            tracker.flush()
         except BaseException as e:
+            with contextlib.suppress(Exception):  # keep what was logged; the error wins
+                tracker.flush()
             client.log_batch(rid, tags=[RunTag("error", f"{type(e).__name__}: {e}"[:5000])])
             client.set_terminated(rid, "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
             raise

@@ -201,6 +201,8 @@ class RLTrainer:
                 self.critic.parameters(), lr=lr, weight_decay=config.weight_decay
             )
             self.critic_fm = FlopModel.from_config(self.critic.config)
+        #: Skip the old-log-prob pass when the update is on-policy (see ``_on_policy``).
+        self.skip_old_logprob = True
         self.step = 0
         self.skipped = 0
         self._consecutive_skips = 0
@@ -511,16 +513,18 @@ class RLTrainer:
             return stats
         ro, mask = batch.rollout, batch.rollout.response_mask
         with torch.no_grad():
-            with self.meter.phase("logprob"):
-                old_lp, _ = response_logprobs(
-                    self.policy,
-                    ro.prompt_ids,
-                    ro.prompt_mask,
-                    ro.response_ids,
-                    mask,
-                    cfg.temperature,
-                )
-            self.meter.add_flops("logprob", self._seq_flops(self.fm, ro))
+            old_lp = None  # on-policy: the update uses its own log-probs, detached (ratio 1)
+            if not self._on_policy():
+                with self.meter.phase("logprob"):
+                    old_lp, _ = response_logprobs(
+                        self.policy,
+                        ro.prompt_ids,
+                        ro.prompt_mask,
+                        ro.response_ids,
+                        mask,
+                        cfg.temperature,
+                    )
+                self.meter.add_flops("logprob", self._seq_flops(self.fm, ro))
             ref_lp = None
             if self.reference is not None:
                 with self.meter.phase("reference"):
@@ -549,6 +553,17 @@ class RLTrainer:
         )
         stats.update(self._update(batch, old_lp, ref_lp, adv, returns, values))
         return stats
+
+    def _on_policy(self) -> bool:
+        """One epoch of one mini-batch, no KL in the reward: the policy the update differentiates
+        is exactly the one that produced the batch, so the old log-probs equal the update's own
+        forward (detached) and a separate old-log-prob pass would recompute the same numbers."""
+        return (
+            self.skip_old_logprob
+            and self.alg.ppo_epochs == 1
+            and self.cfg.mini_batches == 1
+            and not self.alg.kl_in_reward
+        )
 
     def _critic_flops(self, ro: Rollout) -> float:
         return self._seq_flops(
@@ -604,8 +619,9 @@ class RLTrainer:
                         cfg.temperature,
                         with_entropy=True,
                     )
+                    old = lp.detach() if old_lp is None else old_lp[idx]
                     loss, pm = alg.policy_loss(
-                        lp, old_lp[idx], adv[idx], m, None if ref_lp is None else ref_lp[idx]
+                        lp, old, adv[idx], m, None if ref_lp is None else ref_lp[idx]
                     )
                     if torch.isfinite(loss):
                         self.opt.zero_grad(set_to_none=True)
