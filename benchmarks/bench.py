@@ -4,7 +4,9 @@ they compare with HF ``generate()`` and TRL's ``GRPOTrainer``, measured side by 
 Sections (each figure is the median of several repeats after warm-up, with min and max):
 
 1. ceiling: fp32 and bf16 GEMM GFLOP/s at the model's matmul shapes (``F.linear`` at the training
-   batch's token count and at the decode batch); the best fp32 figure is *the* ceiling;
+   batch's token count and at the decode batch); the best fp32 figure is *the* ceiling, and
+   that shape is re-measured in every round below (utilisations divide by the round's own
+   figure, so a change of load during the run does not bias them);
 2. rollout: tokens/s of :class:`~benchmarks.rollout.TorchEngine` versus HF ``generate()`` on the
    same model, prompts and sampling settings, at two batch sizes, with achieved GFLOP/s (analytic,
    :class:`~benchmarks.meter.FlopModel`) as a fraction of the ceiling;
@@ -183,7 +185,21 @@ def _time_gemm(m: int, k: int, n: int, dtype: torch.dtype, min_s: float) -> floa
         reps *= 2
 
 
-def bench_ceiling(res: _Results, cfg, s: BenchSettings, tokens: int) -> float:  # noqa: ANN001
+class _Probe:
+    """The ceiling's best shape, re-measured in every round of sections 2 and 3, so a
+    utilisation compares work and ceiling under the same load (the machine may be shared)."""
+
+    def __init__(self, res: _Results, shape: tuple[str, int, int, int], min_s: float) -> None:
+        self.res, self.shape, self.min_s = res, shape, min_s
+
+    def __call__(self) -> float:
+        _, m, k, n = self.shape
+        gf = _time_gemm(m, k, n, torch.float32, self.min_s)
+        self.res.add("ceiling", f"{self.shape[0]} (in-round probe)", "fp32 GFLOP/s", "GFLOP/s", gf)
+        return gf
+
+
+def bench_ceiling(res: _Results, cfg, s: BenchSettings, tokens: int) -> _Probe:  # noqa: ANN001
     shapes = gemm_shapes(cfg, tokens, max(s.rollout_batches))
     for _ in range(max(3, s.repeats // 2)):
         for dtype, name in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
@@ -197,7 +213,9 @@ def bench_ceiling(res: _Results, cfg, s: BenchSettings, tokens: int) -> float:  
     res.meta["ceiling_gflops_bf16"] = max(
         res.get("ceiling", label, "bf16 GFLOP/s").median for label, *_ in shapes
     )
-    return best
+    top = max(shapes, key=lambda sh: res.get("ceiling", sh[0], "fp32 GFLOP/s").median)
+    res.meta["ceiling_shape"] = top[0]
+    return _Probe(res, top, max(0.002, s.gemm_min_s / 2))
 
 
 # ----------------------------------------------------------------------------- (2) rollout
@@ -242,7 +260,7 @@ def _engine_generate(engine, prompts: list[str], max_new: int, seed: int) -> tup
     return int(sum(lens)), float(sum(fm.generate(p, r) for p, r in zip(plens, lens, strict=True)))
 
 
-def bench_rollout(res: _Results, ctx: _Ctx, s: BenchSettings, ceiling: float) -> None:
+def bench_rollout(res: _Results, ctx: _Ctx, s: BenchSettings, probe: _Probe) -> None:
     from benchmarks.rollout import TorchEngine
 
     engine = TorchEngine(ctx.model, ctx.tok, batch_size=max(s.rollout_batches))
@@ -256,6 +274,7 @@ def bench_rollout(res: _Results, ctx: _Ctx, s: BenchSettings, ceiling: float) ->
         }
         for r in range(s.warmup + s.repeats):
             per_round = {}
+            ceiling = probe() if r >= s.warmup else 0.0
             for name, fn in contenders.items():
                 (tokens, flops), wall, cpu = _cpu_share(lambda fn=fn, r=r: fn(1000 + r))
                 if r < s.warmup:
@@ -432,6 +451,9 @@ class _TrlStepper:
                     control.should_training_stop = True
                 return control
 
+        from transformers.trainer_callback import PrinterCallback
+
+        self.trainer.remove_callback(PrinterCallback)  # its end-of-training dict on stdout
         self.trainer.add_callback(_Gate())
         self._go = threading.Semaphore(0)
         self._done = threading.Semaphore(0)
@@ -508,7 +530,7 @@ class _TrlStepper:
         self._thread.join(timeout=60)
 
 
-def bench_step(res: _Results, ctx: _Ctx, s: BenchSettings, ceiling: float, tracker) -> dict:  # noqa: ANN001
+def bench_step(res: _Results, ctx: _Ctx, s: BenchSettings, probe: _Probe, tracker) -> dict:  # noqa: ANN001
     steppers: list = [_OurStepper(ctx, s, tracker)]
     if s.trl:
         steppers += [
@@ -520,6 +542,7 @@ def bench_step(res: _Results, ctx: _Ctx, s: BenchSettings, ceiling: float, track
     try:
         for r in range(s.warmup + s.repeats):
             per_round = {}
+            ceiling = probe() if r >= s.warmup else 0.0
             for st in steppers:
                 gc.collect()
                 out = st.step()
@@ -715,14 +738,12 @@ def run_bench(s: BenchSettings) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         ctx = _Ctx(cfg, model, tok, task, problems, int(cfg.task.max_new_tokens), Path(tmp))
         prompt_len = len(problems[0].prompt)
-        ceiling = bench_ceiling(
-            res, model.config, s, s.samples_per_step * (prompt_len + ctx.max_new)
-        )
-        log.info("fp32 GEMM ceiling %.1f GFLOP/s", ceiling)
-        bench_rollout(res, ctx, s, ceiling)
+        probe = bench_ceiling(res, model.config, s, s.samples_per_step * (prompt_len + ctx.max_new))
+        log.info("fp32 GEMM ceiling %.1f GFLOP/s", res.meta["ceiling_gflops_fp32"])
+        bench_rollout(res, ctx, s, probe)
         log.info("rollout done")
         with _mlflow_tracker(ctx.tmp) as tracker:
-            out = bench_step(res, ctx, s, ceiling, tracker)
+            out = bench_step(res, ctx, s, probe, tracker)
             t0 = time.perf_counter()
             flush = getattr(tracker, "flush", None)
             if flush is not None:

@@ -21,6 +21,7 @@ __all__ = [
     "TorchEngine",
     "encode_prompts",
     "response_logprobs",
+    "sample_tokens",
     "sequence_inputs",
 ]
 
@@ -146,6 +147,18 @@ def _top_p_filter(logp: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.log_softmax(logp.masked_fill(drop, float("-inf")), dim=-1)
 
 
+def sample_tokens(sample_lp: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF draw from ``softmax(sample_lp)`` rows with uniforms ``u`` (one per row).
+
+    The engine draws one uniform per *original* row at every step, whether or not the row is
+    still decoding, so a row's samples depend only on the seed and its index, never on which
+    other rows have finished (and been dropped from the batch)."""
+    cum = sample_lp.exp().cumsum(-1)
+    target = (u.to(cum.dtype) * cum[:, -1]).unsqueeze(-1)
+    idx = torch.searchsorted(cum, target, right=True).squeeze(-1)
+    return idx.clamp(max=cum.shape[-1] - 1)
+
+
 class TorchEngine:
     """Batched KV-cache sampling with the trainer's own policy module (CPU or one GPU)."""
 
@@ -207,6 +220,7 @@ class TorchEngine:
                 pad_id=pad,
                 gen=gen,
                 top_p_filter=_top_p_filter,
+                sampler=sample_tokens,
             )
         else:
             response_ids, log_probs = self._hf_loop(
@@ -248,8 +262,8 @@ class TorchEngine:
                 nxt = logp.argmax(-1)
             else:
                 sample_lp = logp if top_p >= 1.0 else _top_p_filter(logp, top_p)
-                nxt = torch.multinomial(sample_lp.exp().cpu(), 1, generator=gen).squeeze(-1)
-                nxt = nxt.to(device)
+                u = torch.rand(B, generator=gen).to(device)
+                nxt = sample_tokens(sample_lp, u)
             lp = logp.gather(-1, nxt.unsqueeze(-1)).squeeze(-1)
             nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
             ids.append(nxt)

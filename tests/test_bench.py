@@ -1,0 +1,54 @@
+"""`sppo-bench bench --quick`: every section is measured side by side and every ratio is a finite,
+positive number (a smoke test of the harness, not a measurement)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import pytest
+
+from benchmarks.cli import main
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_quick_bench_writes_a_complete_table(tmp_path, capsys):
+    out = tmp_path / "bench"
+    assert main(["bench", "--quick", "--repeats", "1", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    for title in ("bench: ceiling", "bench: rollout", "bench: step", "bench: tracking", "targets"):
+        assert title in printed
+    result = json.loads((tmp_path / "bench.json").read_text())
+    rows = {(r["section"], r["name"], r["metric"]): r for r in result["rows"]}
+    assert {r["section"] for r in result["rows"]} == {
+        "ceiling",
+        "rollout",
+        "ratio",
+        "step",
+        "tracking",
+        "memory",
+    }
+    for r in result["rows"]:
+        assert r["n"] >= 1 and r["min"] <= r["median"] <= r["max"], r
+    for name in ("sppo-bench", "trl", "trl (no ckpt)"):
+        for metric in ("samples/s", "step s", "utilisation", "phase rollout"):
+            assert rows[("step", name, metric)]["median"] > 0
+    ratios = [r for r in result["rows"] if r["section"] == "ratio"]
+    assert len(ratios) == 4  # rollout at two batch sizes, step vs TRL with and without ckpt
+    for r in ratios + [t for t in result["rows"] if t["section"] == "memory"]:
+        assert math.isfinite(r["median"]) and r["median"] > 0, r
+    assert {t["target"] for t in result["targets"]} == {
+        "step_vs_trl_shipped",
+        "step_vs_trl_no_ckpt",
+        "step_flop_utilisation",
+        "rollout_vs_hf_large",
+        "tracking_overhead",
+    }
+    for t in result["targets"]:
+        assert math.isfinite(t["value"]) and t["value"] >= 0, t
+    meta = result["meta"]
+    assert meta["ceiling_gflops_fp32"] > 0 and len(meta["loadavg_start"]) == 3
+    with (tmp_path / "bench.csv").open() as f:
+        assert len(list(csv.DictReader(f))) == len(result["rows"])

@@ -1,0 +1,200 @@
+"""The performance paths keep the maths: the static-cache decoder samples what HF's cache path
+samples, skipping the old-log-prob pass on-policy leaves loss and gradients unchanged, and
+asynchronous MLflow logging loses no metric."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from test_trainer import FirstDigitTask, make_trainer
+
+from benchmarks import fastdecode
+from benchmarks import metrics as M
+from benchmarks.meter import Budget
+from benchmarks.modeling import ModelSpec, build_tiny_llama
+from benchmarks.rollout import TorchEngine, response_logprobs
+
+SPEC = ModelSpec(
+    hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, max_position_embeddings=64
+)
+PROMPTS = ["7=", "1+2=", "3*4-5=", "9-9*9+1=", "4+4=", "0*1*2*3*4="]
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def model(tok):
+    return build_tiny_llama(SPEC, len(tok), seed=1)
+
+
+# --- static-cache decoder ----------------------------------------------------------------------
+
+
+def test_tiny_llama_takes_the_fast_path_and_other_models_do_not(model, tok):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    assert TorchEngine(model, tok)._fast is not None
+    assert TorchEngine(model, tok, fast=False)._fast is None
+    qwen = Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=len(tok),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+        )
+    )
+    assert not fastdecode.supports(qwen)  # q/k/v biases: HF's own path
+    ro = TorchEngine(qwen, tok).generate(PROMPTS, temperature=1.0, max_new_tokens=4, seed=0)
+    assert ro.response_ids.shape[0] == len(PROMPTS)
+
+
+def test_greedy_equals_hf_cache_path_with_padding(model, tok):
+    prompts = PROMPTS * 5
+    fast = TorchEngine(model, tok).generate(prompts, temperature=0.0, max_new_tokens=14, seed=0)
+    ref = TorchEngine(model, tok, fast=False).generate(
+        prompts, temperature=0.0, max_new_tokens=14, seed=0
+    )
+    assert (fast.prompt_mask == 0).any()  # left padding really present
+    assert torch.equal(fast.response_ids, ref.response_ids)
+    assert fast.texts == ref.texts
+    torch.testing.assert_close(fast.log_probs, ref.log_probs, atol=1e-5, rtol=0)
+
+
+def test_sampling_draws_match_hf_cache_path(model, tok):
+    """Both paths draw from the same distributions with the same uniforms: identical samples,
+    log-probs equal to rounding (rows that finish are dropped by the fast path only)."""
+    kw = dict(temperature=1.5, top_p=0.9, max_new_tokens=16, seed=4)
+    fast = TorchEngine(model, tok).generate(PROMPTS * 4, **kw)
+    ref = TorchEngine(model, tok, fast=False).generate(PROMPTS * 4, **kw)
+    assert fast.lengths.min() < 8 < fast.lengths.max()  # rows ended (and were dropped) early
+    assert torch.equal(fast.response_ids, ref.response_ids)
+    torch.testing.assert_close(fast.log_probs, ref.log_probs, atol=1e-5, rtol=0)
+
+
+def test_dropping_finished_rows_changes_no_draw(model, tok, monkeypatch):
+    kw = dict(temperature=1.5, top_p=1.0, max_new_tokens=16, seed=5)
+    dropped = TorchEngine(model, tok).generate(PROMPTS * 6, **kw)
+    monkeypatch.setattr(fastdecode, "CHECK_EVERY", 10**6)
+    kept = TorchEngine(model, tok).generate(PROMPTS * 6, **kw)
+    assert dropped.lengths.min() < 8 < dropped.lengths.max()
+    assert torch.equal(dropped.response_ids, kept.response_ids)
+    torch.testing.assert_close(dropped.log_probs, kept.log_probs, atol=1e-6, rtol=0)
+
+
+def test_inverse_cdf_draws_follow_the_distribution_and_skip_empty_bins():
+    from benchmarks.rollout import sample_tokens
+
+    p = torch.tensor([0.1, 0.0, 0.6, 0.3])
+    u = torch.rand(20000, generator=torch.Generator().manual_seed(0))
+    draws = sample_tokens(p.log().expand(20000, 4), u)
+    freq = torch.bincount(draws, minlength=4).float() / 20000
+    assert freq[1] == 0
+    assert (freq - p).abs().max() < 0.015
+    edge = sample_tokens(p.log().expand(3, 4), torch.tensor([0.0, 0.1, 0.9999999]))
+    assert edge.tolist() == [0, 2, 3]
+
+
+def test_rows_ending_early_are_dropped_and_padded(model, tok):
+    """Rows that emit EOS early are padded after it and the others keep decoding."""
+    ro = TorchEngine(model, tok).generate(PROMPTS * 8, temperature=1.5, max_new_tokens=20, seed=3)
+    lengths = ro.lengths.tolist()
+    assert min(lengths) < 8 and max(lengths) > 12  # rows really ended at different steps
+    for b, n in enumerate(lengths):
+        assert (ro.response_ids[b, n:] == tok.pad_token_id).all()
+        assert (ro.log_probs[b, n:] == 0).all()
+    lp, _ = response_logprobs(
+        model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.response_mask, 1.5
+    )
+    valid = ro.response_mask.bool()
+    torch.testing.assert_close(ro.log_probs[valid], lp.detach()[valid], atol=1e-5, rtol=0)
+
+
+def test_weights_are_read_at_every_call(model, tok):
+    """The engine holds no copy of the weights: an update is sampled from at the next call."""
+    m = copy.deepcopy(model)
+    eng = TorchEngine(m, tok)
+    kw = dict(temperature=1.0, max_new_tokens=8, seed=0)
+    before = eng.generate(PROMPTS, **kw)
+    with torch.no_grad():
+        for p in m.model.layers[0].mlp.parameters():
+            p.mul_(3.0)
+        m.model.layers[1].self_attn.q_proj.weight.mul_(-2.0)
+    after = eng.generate(PROMPTS, **kw)
+    ref = TorchEngine(m, tok, fast=False).generate(PROMPTS, **kw)
+    assert torch.equal(after.response_ids, ref.response_ids)
+    torch.testing.assert_close(after.log_probs, ref.log_probs, atol=1e-5, rtol=0)
+    assert (after.log_probs - before.log_probs).abs().max() > 1e-3
+
+
+# --- on-policy: no old-log-prob pass -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["grpo", "sppo"])
+def test_on_policy_skip_keeps_loss_and_gradients(name, tok):
+    start = build_tiny_llama(
+        ModelSpec(
+            hidden_size=32,
+            num_layers=1,
+            num_heads=4,
+            intermediate_size=64,
+            max_position_embeddings=64,
+        ),
+        len(tok),
+        seed=0,
+    )
+    task = FirstDigitTask(horizon=1, eval_size=16)
+    budget = Budget("samples", 10**6, eval_fractions=(1.0,))
+    one, two = (make_trainer(name, start, tok, task, budget, seed=3) for _ in range(2))
+    two.skip_old_logprob = False
+    assert one._on_policy() and not two._on_policy()
+    s1, s2 = one._train_step(), two._train_step()
+    assert s1[M.TRAIN_POLICY_LOSS] == pytest.approx(s2[M.TRAIN_POLICY_LOSS], abs=1e-7)
+    for k in (M.TRAIN_GRAD_NORM, M.TRAIN_ENTROPY):
+        assert s1[k] == pytest.approx(s2[k], rel=1e-6, abs=1e-7)
+    grads = [
+        (p.grad, q.grad)
+        for p, q in zip(one.policy.parameters(), two.policy.parameters(), strict=True)
+    ]
+    assert any(g1 is not None and g1.abs().sum() > 0 for g1, _ in grads)
+    for g1, g2 in grads:
+        torch.testing.assert_close(g1, g2, atol=1e-7, rtol=1e-5)
+    # The skipped pass costs neither time nor FLOPs.
+    assert one.meter.flops["logprob"] == 0 and two.meter.flops["logprob"] > 0
+    assert one.meter.wall["logprob"] == 0
+
+
+def test_off_policy_updates_keep_the_old_log_prob_pass(tok):
+    start = build_tiny_llama(SPEC, len(tok), seed=0)
+    task = FirstDigitTask(horizon=1, eval_size=16)
+    budget = Budget("samples", 10**6, eval_fractions=(1.0,))
+    assert not make_trainer("grpo", start, tok, task, budget, mini_batches=2)._on_policy()
+    ppo = make_trainer("ppo", start, tok, task, budget)
+    assert ppo.alg.kl_in_reward or ppo.alg.ppo_epochs > 1 or ppo._on_policy()
+
+
+# --- asynchronous MLflow logging ---------------------------------------------------------------
+
+
+def test_async_metrics_are_all_stored_when_the_run_ends(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from benchmarks.tracking import MlflowTracker, prepare_store
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    exp = prepare_store(uri, "async")
+    client = MlflowClient(uri)
+    with MlflowTracker.start(client, exp, run_name="r", tags={}) as tr:
+        assert not tr.synchronous
+        for step in range(25):
+            tr.log_metrics({"a": float(step), "b": 2.0 * step}, step=step)
+        run_id = tr.run_id
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    for key, scale in (("a", 1.0), ("b", 2.0)):
+        hist = sorted(client.get_metric_history(run_id, key), key=lambda m: m.step)
+        assert [m.step for m in hist] == list(range(25))
+        assert [m.value for m in hist] == [scale * s for s in range(25)]
