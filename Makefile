@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint format clean
+.PHONY: install run test bench lint format clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -21,6 +21,9 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/sppo-bench bench
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

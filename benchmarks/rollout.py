@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 __all__ = [
     "Rollout",
+    "bucketed_logprobs",
     "RolloutEngine",
     "TorchEngine",
     "encode_prompts",
@@ -136,6 +137,54 @@ def response_logprobs(
     if with_entropy:
         ent = -(logp_all.exp() * logp_all).sum(-1)  # (B, T)
     return logp, ent
+
+
+def bucketed_logprobs(
+    model,  # noqa: ANN001 - HF causal LM
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    response_ids: torch.Tensor,
+    response_mask: torch.Tensor,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    buckets: int = 1,
+    min_rows: int = 32,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`response_logprobs` over rows grouped by response length, each group trimmed to its
+    own longest response, so short responses do not pay for the batch's longest one.
+
+    Every row's log-probs are computed by the same model on the same tokens; only the padding
+    columns a row never attends to are left out, so the result equals the one-batch call up to
+    float rounding (positions past a row's response are 0). Autograd flows through every group,
+    so a loss on the returned ``(B, T)`` tensor is the same function of the weights as before.
+    ``buckets`` groups at most, each of at least ``min_rows`` rows.
+    """
+    B, T = response_ids.shape
+    k = max(1, min(buckets, B // max(1, min_rows)))
+    if k == 1:
+        return response_logprobs(
+            model, prompt_ids, prompt_mask, response_ids, response_mask, temperature, with_entropy
+        )
+    lengths = response_mask.sum(-1).long()
+    order = torch.argsort(lengths, stable=True)
+    lps, ents = [], []
+    for idx in order.tensor_split(k):
+        t = max(1, int(lengths[idx].max()))
+        lp, ent = response_logprobs(
+            model,
+            prompt_ids[idx],
+            prompt_mask[idx],
+            response_ids[idx, :t],
+            response_mask[idx, :t],
+            temperature,
+            with_entropy,
+        )
+        lps.append(F.pad(lp * response_mask[idx, :t], (0, T - t)))
+        if ent is not None:
+            ents.append(F.pad(ent * response_mask[idx, :t], (0, T - t)))
+    inverse = torch.argsort(order)
+    lp_all = torch.cat(lps)[inverse]
+    return lp_all, (torch.cat(ents)[inverse] if with_entropy else None)
 
 
 def _top_p_filter(logp: torch.Tensor, top_p: float) -> torch.Tensor:

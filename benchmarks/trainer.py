@@ -28,7 +28,7 @@ from algorithms import Algorithm, ConfigError
 from benchmarks import metrics as M
 from benchmarks.meter import Budget, ComputeMeter, FlopModel
 from benchmarks.modeling import ValueModel
-from benchmarks.rollout import Rollout, RolloutEngine, response_logprobs, sequence_inputs
+from benchmarks.rollout import Rollout, RolloutEngine, bucketed_logprobs, sequence_inputs
 from benchmarks.tasks import Task, TaskProblem
 from benchmarks.tracking import NullTracker, Tracker
 
@@ -51,6 +51,9 @@ class TrainerConfig:
     top_p: float = 1.0
     max_new_tokens: int = 32
     eval_batch_size: int = 512
+    # Teacher-forced passes group rows by response length (at most this many groups of >= 32
+    # rows), each trimmed to its longest response: less padding, the same log-probs.
+    length_buckets: int = 4
     eval_samples_logged: int = 64  # rows of the eval-sample table artifact
     max_consecutive_skips: int = 5  # non-finite steps tolerated in a row
     eval_k: int = 0  # > 0: also avg@k / pass@k with k samples per problem (final eval)
@@ -62,7 +65,13 @@ class TrainerConfig:
     calibration_samples: int = 8  # samples per prompt for the empirical success rate
 
     def __post_init__(self) -> None:
-        for name in ("samples_per_step", "mini_batches", "max_new_tokens", "eval_batch_size"):
+        for name in (
+            "samples_per_step",
+            "mini_batches",
+            "max_new_tokens",
+            "eval_batch_size",
+            "length_buckets",
+        ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"trainer.{name}={getattr(self, name)} must be >= 1")
         if not self.actor_lr > 0:
@@ -516,25 +525,27 @@ class RLTrainer:
             old_lp = None  # on-policy: the update uses its own log-probs, detached (ratio 1)
             if not self._on_policy():
                 with self.meter.phase("logprob"):
-                    old_lp, _ = response_logprobs(
+                    old_lp, _ = bucketed_logprobs(
                         self.policy,
                         ro.prompt_ids,
                         ro.prompt_mask,
                         ro.response_ids,
                         mask,
                         cfg.temperature,
+                        buckets=cfg.length_buckets,
                     )
                 self.meter.add_flops("logprob", self._seq_flops(self.fm, ro))
             ref_lp = None
             if self.reference is not None:
                 with self.meter.phase("reference"):
-                    ref_lp, _ = response_logprobs(
+                    ref_lp, _ = bucketed_logprobs(
                         self.reference,
                         ro.prompt_ids,
                         ro.prompt_mask,
                         ro.response_ids,
                         mask,
                         cfg.temperature,
+                        buckets=cfg.length_buckets,
                     )
                 self.meter.add_flops("reference", self._seq_flops(self.fm, ro))
             values = None
@@ -610,7 +621,7 @@ class RLTrainer:
                 if not train_actor:
                     continue
                 with self.meter.phase("update"):
-                    lp, ent = response_logprobs(
+                    lp, ent = bucketed_logprobs(
                         self.policy,
                         sub.prompt_ids,
                         sub.prompt_mask,
@@ -618,6 +629,7 @@ class RLTrainer:
                         m,
                         cfg.temperature,
                         with_entropy=True,
+                        buckets=cfg.length_buckets,
                     )
                     old = lp.detach() if old_lp is None else old_lp[idx]
                     loss, pm = alg.policy_loss(

@@ -198,3 +198,28 @@ def test_async_metrics_are_all_stored_when_the_run_ends(tmp_path):
         hist = sorted(client.get_metric_history(run_id, key), key=lambda m: m.step)
         assert [m.step for m in hist] == list(range(25))
         assert [m.value for m in hist] == [scale * s for s in range(25)]
+
+
+# --- length buckets ----------------------------------------------------------------------------
+
+
+def test_length_buckets_give_the_same_logprobs_and_gradients(model, tok):
+    from benchmarks.rollout import bucketed_logprobs
+
+    ro = TorchEngine(model, tok).generate(PROMPTS * 16, temperature=1.5, max_new_tokens=16, seed=2)
+    assert ro.lengths.min() < 8 < ro.lengths.max()
+    args = (ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.response_mask, 1.5)
+    valid = ro.response_mask.bool()
+    out = {}
+    for k in (1, 3):
+        m = copy.deepcopy(model)
+        lp, ent = bucketed_logprobs(m, *args, with_entropy=True, buckets=k, min_rows=16)
+        loss = -(lp * ro.response_mask).sum() + 0.1 * (ent * ro.response_mask).sum()
+        loss.backward()
+        out[k] = (lp.detach(), ent.detach(), [p.grad for p in m.parameters()])
+    (lp1, e1, g1), (lp3, e3, g3) = out[1], out[3]
+    torch.testing.assert_close(lp3[valid], lp1[valid], atol=1e-5, rtol=0)
+    torch.testing.assert_close(e3[valid], e1[valid], atol=1e-5, rtol=0)
+    assert (lp3[~valid] == 0).all() and (e3[~valid] == 0).all()
+    for a, b in zip(g1, g3, strict=True):
+        torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-4)
