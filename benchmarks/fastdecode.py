@@ -154,7 +154,7 @@ class LlamaDecoder:
         pad_id: int,
         gen: torch.Generator,
         top_p_filter,  # noqa: ANN001 - the engine's nucleus filter
-        sampler,  # noqa: ANN001 - the engine's draw from log-probs and uniforms
+        sampler,  # noqa: ANN001 - the engine's draw (see rollout.sample_tokens)
     ) -> tuple[torch.Tensor, torch.Tensor]:
         W = self._weights()
         device, dtype = prompt_ids.device, W["embed"].dtype
@@ -204,8 +204,7 @@ class LlamaDecoder:
                 nxt = logp.argmax(-1)
             else:
                 sample_lp = logp if top_p >= 1.0 else top_p_filter(logp, top_p)
-                u = torch.rand(B, generator=gen).to(device)  # one per original row, always
-                nxt = sampler(sample_lp, u[rows])
+                nxt = sampler(sample_lp, gen, rows, B)  # generator use independent of drops
             lp = logp.gather(-1, nxt.unsqueeze(-1)).squeeze(-1)
             nxt = nxt.masked_fill(done, pad_id)
             ids_out[rows, t] = nxt

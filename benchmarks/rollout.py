@@ -196,16 +196,23 @@ def _top_p_filter(logp: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.log_softmax(logp.masked_fill(drop, float("-inf")), dim=-1)
 
 
-def sample_tokens(sample_lp: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """Inverse-CDF draw from ``softmax(sample_lp)`` rows with uniforms ``u`` (one per row).
+def sample_tokens(
+    sample_lp: torch.Tensor, gen: torch.Generator, rows: torch.Tensor | None = None, n: int = 0
+) -> torch.Tensor:
+    """One draw per row from ``softmax(sample_lp)`` with ``torch.multinomial`` on the CPU.
 
-    The engine draws one uniform per *original* row at every step, whether or not the row is
-    still decoding, so a row's samples depend only on the seed and its index, never on which
-    other rows have finished (and been dropped from the batch)."""
-    cum = sample_lp.exp().cumsum(-1)
-    target = (u.to(cum.dtype) * cum[:, -1]).unsqueeze(-1)
-    idx = torch.searchsorted(cum, target, right=True).squeeze(-1)
-    return idx.clamp(max=cum.shape[-1] - 1)
+    With ``rows`` (the original indices of the rows still decoding, out of ``n``), the draw is
+    made for all ``n`` rows, finished ones from a dummy distribution, so the generator is consumed
+    exactly as if no row had been dropped: a row's samples depend on the seed and its index only,
+    never on which other rows have finished."""
+    probs = sample_lp.exp().cpu()
+    if rows is not None and rows.numel() < n:
+        full = torch.ones(n, probs.shape[-1], dtype=probs.dtype)
+        full[rows.cpu()] = probs
+        return (
+            torch.multinomial(full, 1, generator=gen).squeeze(-1)[rows.cpu()].to(sample_lp.device)
+        )
+    return torch.multinomial(probs, 1, generator=gen).squeeze(-1).to(sample_lp.device)
 
 
 class TorchEngine:
@@ -311,8 +318,7 @@ class TorchEngine:
                 nxt = logp.argmax(-1)
             else:
                 sample_lp = logp if top_p >= 1.0 else _top_p_filter(logp, top_p)
-                u = torch.rand(B, generator=gen).to(device)
-                nxt = sample_tokens(sample_lp, u)
+                nxt = sample_tokens(sample_lp, gen)
             lp = logp.gather(-1, nxt.unsqueeze(-1)).squeeze(-1)
             nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
             ids.append(nxt)
