@@ -260,16 +260,73 @@ def _engine_generate(engine, prompts: list[str], max_new: int, seed: int) -> tup
     return int(sum(lens)), float(sum(fm.generate(p, r) for p, r in zip(plens, lens, strict=True)))
 
 
+def _gemm_replay(model, plens: list[int], lens: list[int]) -> tuple[int, float]:  # noqa: ANN001
+    """Only the matmuls of a sampled rollout, at its shapes: the prefill over every prompt token,
+    then one decode step per token with exactly the rows still generating (the linear layers,
+    fused as the engine fuses them, and the head). What a rollout of these lengths would take if
+    attention, sampling and every other op were free: the bound for any fp32 engine here."""
+    from benchmarks.meter import FlopModel
+
+    cfg = model.config
+    d, inter, v = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
+    kv = FlopModel.from_config(cfg).kv_dim
+    g = torch.Generator().manual_seed(0)
+    w = {
+        "qkv": torch.randn(d + 2 * kv, d, generator=g),
+        "o": torch.randn(d, d, generator=g),
+        "gu": torch.randn(2 * inter, d, generator=g),
+        "down": torch.randn(d, inter, generator=g),
+        "head": torch.randn(v, d, generator=g),
+    }
+    B, P = len(lens), max(plens)
+    x = torch.randn(B * P, max(d, inter), generator=g)
+    active = [sum(1 for n in lens if n > t) for t in range(1, max(lens, default=0))]
+
+    def layers(m: int) -> None:
+        for _ in range(cfg.num_hidden_layers):
+            F.linear(x[:m, :d], w["qkv"])
+            F.linear(x[:m, :d], w["o"])
+            F.linear(x[:m, :d], w["gu"])
+            F.linear(x[:m, :inter], w["down"])
+
+    with torch.inference_mode():
+        layers(B * P)
+        F.linear(x[:B, :d], w["head"])
+        for m in active:
+            layers(m)
+            F.linear(x[:m, :d], w["head"])
+    fm = FlopModel.from_config(cfg)
+    return int(sum(lens)), float(sum(fm.generate(p, r) for p, r in zip(plens, lens, strict=True)))
+
+
 def bench_rollout(res: _Results, ctx: _Ctx, s: BenchSettings, probe: _Probe) -> None:
     from benchmarks.rollout import TorchEngine
 
     engine = TorchEngine(ctx.model, ctx.tok, batch_size=max(s.rollout_batches))
+    shapes: dict[str, list[int]] = {}
+
+    def run_engine(prompts: list[str], seed: int) -> tuple[int, float]:
+        ro = engine.generate(
+            prompts, temperature=1.0, top_p=1.0, max_new_tokens=ctx.max_new, seed=seed
+        )
+        shapes["plens"] = ro.prompt_mask.sum(-1).long().tolist()
+        shapes["lens"] = ro.lengths.tolist()
+        from benchmarks.meter import FlopModel
+
+        fm = FlopModel.from_config(ctx.model.config)
+        zipped = zip(shapes["plens"], shapes["lens"], strict=True)
+        return int(sum(shapes["lens"])), float(sum(fm.generate(p, r) for p, r in zipped))
+
     for b in s.rollout_batches:
         prompts = [p.prompt for p in ctx.problems[:b]]
         contenders = {
-            "engine": lambda seed, p=prompts: _engine_generate(engine, p, ctx.max_new, seed),
+            "engine": lambda seed, p=prompts: run_engine(p, seed),
             "hf_generate": lambda seed, p=prompts: _hf_generate(
                 ctx.model, ctx.tok, p, ctx.max_new, seed
+            ),
+            # the engine's own lengths of this round, matmuls only
+            "gemm-only bound": lambda seed: _gemm_replay(
+                ctx.model, shapes["plens"], shapes["lens"]
             ),
         }
         for r in range(s.warmup + s.repeats):
@@ -292,6 +349,13 @@ def bench_rollout(res: _Results, ctx: _Ctx, s: BenchSettings, probe: _Probe) -> 
                     "ratio",
                     "x",
                     per_round["engine"] / per_round["hf_generate"],
+                )
+                res.add(
+                    "ratio",
+                    f"rollout gemm-only bound / HF generate, b={b}",
+                    "ratio",
+                    "x",
+                    per_round["gemm-only bound"] / per_round["hf_generate"],
                 )
 
 

@@ -36,7 +36,8 @@ def test_quick_bench_writes_a_complete_table(tmp_path, capsys):
         for metric in ("samples/s", "step s", "utilisation", "phase rollout"):
             assert rows[("step", name, metric)]["median"] > 0
     ratios = [r for r in result["rows"] if r["section"] == "ratio"]
-    assert len(ratios) == 4  # rollout at two batch sizes, step vs TRL with and without ckpt
+    # rollout (engine and its GEMM-only bound vs HF) at two batch sizes, step vs TRL (2 ways)
+    assert len(ratios) == 6
     for r in ratios + [t for t in result["rows"] if t["section"] == "memory"]:
         assert math.isfinite(r["median"]) and r["median"] > 0, r
     assert {t["target"] for t in result["targets"]} == {
