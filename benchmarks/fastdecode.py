@@ -238,3 +238,108 @@ class LlamaDecoder:
             steps = int(is_eos.float().argmax(-1).max()) + 1
             ids_out, lp_out = ids_out[:, :steps], lp_out[:, :steps]
         return ids_out, lp_out
+
+
+def prefix_logprobs(
+    model,  # noqa: ANN001 - a Llama that :func:`supports`
+    prompt_ids: torch.Tensor,  # (B, P) left-padded
+    prompt_mask: torch.Tensor,  # (B, P)
+    response_ids: torch.Tensor,  # (B, T)
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Teacher-forced response log-probs, (B, T), with each distinct prompt run once.
+
+    A GRPO-style batch repeats every prompt n times; the prompt's hidden states and keys/values
+    do not depend on the response, so they are computed for the distinct prompts only and shared
+    by their responses (autograd sums the shared prefix's gradients over the group, as the
+    repeated computation would). Responses attend to [own prompt's keys | causal response keys],
+    exactly the full sequence's attention; only float rounding differs from HF's forward.
+    """
+    m = model
+    cfg = m.config
+    nh = cfg.num_attention_heads
+    nkv = cfg.num_key_value_heads or nh
+    hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // nh
+    d, eps = cfg.hidden_size, cfg.rms_norm_eps
+    device = prompt_ids.device
+    key = torch.cat([prompt_ids, prompt_mask.long()], dim=-1)
+    uniq, inv = torch.unique(key, dim=0, return_inverse=True)
+    P = prompt_ids.shape[1]
+    pid, pmask = uniq[:, :P], uniq[:, P:].bool()
+    B, T = response_ids.shape
+    rot = m.model.rotary_emb
+    embed = m.model.embed_tokens.weight
+    pad_idx = m.model.embed_tokens.padding_idx  # HF's embedding gives that row no gradient
+    dtype = embed.dtype
+    n_pos = P + T
+    pos_all = torch.arange(n_pos, device=device, dtype=torch.float32)
+    freqs = pos_all[:, None] * rot.inv_freq.float().to(device)[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos_t = (emb.cos() * rot.attention_scaling).to(dtype)
+    sin_t = (emb.sin() * rot.attention_scaling).to(dtype)
+
+    def rope(x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:  # x (N, S, H, hd), pos (N, S)
+        cos, sin = cos_t[pos].unsqueeze(2), sin_t[pos].unsqueeze(2)
+        h = x.shape[-1] // 2
+        return x * cos + torch.cat((-x[..., h:], x[..., :h]), dim=-1) * sin
+
+    def qkv_of(layer, x: torch.Tensor, pos: torch.Tensor) -> tuple:  # noqa: ANN001
+        a = layer.self_attn
+        w = torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])
+        N, S, _ = x.shape
+        h = F.rms_norm(x, (d,), layer.input_layernorm.weight, eps)
+        qkv = F.linear(h, w).view(N, S, nh + 2 * nkv, hd)
+        qk = rope(qkv[:, :, : nh + nkv], pos)
+        return (
+            qk[:, :, :nh].transpose(1, 2),
+            qk[:, :, nh:].transpose(1, 2),
+            qkv[:, :, nh + nkv :].transpose(1, 2),
+        )
+
+    def finish(layer, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+        N, S, _ = x.shape
+        x = x + F.linear(attn.transpose(1, 2).reshape(N, S, nh * hd), layer.self_attn.o_proj.weight)
+        mlp = layer.mlp
+        h = F.rms_norm(x, (d,), layer.post_attention_layernorm.weight, eps)
+        g, u = F.linear(h, torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])).chunk(2, dim=-1)
+        return x + F.linear(F.silu(g) * u, mlp.down_proj.weight)
+
+    # Distinct prompts: causal over their real keys (a padding query attends to itself only).
+    pos_p = (pmask.long().cumsum(-1) - 1).clamp(min=0)
+    padded = not bool(pmask.all())
+    mask_p = None
+    if padded:
+        causal = torch.ones(P, P, dtype=torch.bool, device=device).tril()
+        eye = torch.eye(P, dtype=torch.bool, device=device)
+        mask_p = ((causal & pmask[:, None, :]) | eye).unsqueeze(1)
+    x = F.embedding(pid, embed, padding_idx=pad_idx)
+    prefix_kv = []
+    for layer in m.model.layers:
+        q, k, v = qkv_of(layer, x, pos_p)
+        prefix_kv.append((k, v))
+        attn = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask_p, is_causal=mask_p is None, enable_gqa=nkv != nh
+        )
+        x = finish(layer, x, attn)
+    last = x[:, -1]  # (G, d): predicts response token 0
+    # Responses: [own prompt's real keys | causal response keys].
+    plen = pmask.long().sum(-1)
+    pos_r = plen[inv][:, None] + torch.arange(T, device=device)[None, :]
+    causal_r = torch.ones(T, T, dtype=torch.bool, device=device).tril()
+    mask_r = torch.cat(
+        [pmask[inv][:, None, None, :].expand(B, 1, T, P), causal_r.expand(B, 1, T, T)], dim=-1
+    )
+    x = F.embedding(response_ids, embed, padding_idx=pad_idx)
+    for layer, (k_p, v_p) in zip(m.model.layers, prefix_kv, strict=True):
+        q, k, v = qkv_of(layer, x, pos_r)
+        k = torch.cat([k_p[inv], k], dim=2)
+        v = torch.cat([v_p[inv], v], dim=2)
+        attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask_r, enable_gqa=nkv != nh)
+        x = finish(layer, x, attn)
+    h = torch.cat([last[inv].unsqueeze(1), x[:, : T - 1]], dim=1)  # positions P-1 .. P+T-2
+    logits = F.linear(F.rms_norm(h, (d,), m.model.norm.weight, eps), m.lm_head.weight)
+    logp_all = torch.log_softmax(logits.float() / max(temperature, 1e-6), dim=-1)
+    logp = logp_all.gather(-1, response_ids.unsqueeze(-1)).squeeze(-1)
+    ent = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
+    return logp, ent

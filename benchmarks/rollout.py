@@ -159,25 +159,26 @@ def bucketed_logprobs(
     so a loss on the returned ``(B, T)`` tensor is the same function of the weights as before.
     ``buckets`` groups at most, each of at least ``min_rows`` rows.
     """
+    from benchmarks.fastdecode import prefix_logprobs, supports
+
     B, T = response_ids.shape
     k = max(1, min(buckets, B // max(1, min_rows)))
+    shared = supports(model)  # Llama: distinct prompts run once per group (same log-probs)
+
+    def one(pi, pm, ri, rm):  # noqa: ANN001, ANN202
+        if shared:
+            return prefix_logprobs(model, pi, pm, ri, temperature, with_entropy)
+        return response_logprobs(model, pi, pm, ri, rm, temperature, with_entropy)
+
     if k == 1:
-        return response_logprobs(
-            model, prompt_ids, prompt_mask, response_ids, response_mask, temperature, with_entropy
-        )
+        return one(prompt_ids, prompt_mask, response_ids, response_mask)
     lengths = response_mask.sum(-1).long()
     order = torch.argsort(lengths, stable=True)
     lps, ents = [], []
     for idx in order.tensor_split(k):
         t = max(1, int(lengths[idx].max()))
-        lp, ent = response_logprobs(
-            model,
-            prompt_ids[idx],
-            prompt_mask[idx],
-            response_ids[idx, :t],
-            response_mask[idx, :t],
-            temperature,
-            with_entropy,
+        lp, ent = one(
+            prompt_ids[idx], prompt_mask[idx], response_ids[idx, :t], response_mask[idx, :t]
         )
         lps.append(F.pad(lp * response_mask[idx, :t], (0, T - t)))
         if ent is not None:

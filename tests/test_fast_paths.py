@@ -210,3 +210,30 @@ def test_length_buckets_give_the_same_logprobs_and_gradients(model, tok):
     assert (lp3[~valid] == 0).all() and (e3[~valid] == 0).all()
     for a, b in zip(g1, g3, strict=True):
         torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-4)
+
+
+def test_shared_prompt_forward_gives_hf_logprobs_and_gradients(model, tok):
+    """Each distinct prompt runs once for its group; log-probs, entropies and every gradient
+    (including the embedding's, whose padding row HF never updates) match HF's forward."""
+    from benchmarks.fastdecode import prefix_logprobs
+
+    prompts = [p for p in PROMPTS for _ in range(4)]
+    ro = TorchEngine(model, tok).generate(prompts, temperature=1.5, max_new_tokens=12, seed=6)
+    assert (ro.prompt_mask == 0).any() and (ro.response_ids == tok.pad_token_id).any()
+    valid = ro.response_mask.bool()
+    got = {}
+    for name in ("hf", "shared"):
+        m = copy.deepcopy(model)
+        if name == "hf":
+            lp, ent = response_logprobs(
+                m, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.response_mask, 1.5, True
+            )
+        else:
+            lp, ent = prefix_logprobs(m, ro.prompt_ids, ro.prompt_mask, ro.response_ids, 1.5, True)
+        ((lp + 0.1 * ent) * ro.response_mask).sum().backward()
+        got[name] = (lp.detach(), ent.detach(), [p.grad for p in m.parameters()])
+    (lp1, e1, g1), (lp2, e2, g2) = got["hf"], got["shared"]
+    torch.testing.assert_close(lp2[valid], lp1[valid], atol=1e-5, rtol=0)
+    torch.testing.assert_close(e2[valid], e1[valid], atol=1e-5, rtol=0)
+    for a, b in zip(g1, g2, strict=True):
+        torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-4)
