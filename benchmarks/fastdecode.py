@@ -164,7 +164,6 @@ class LlamaDecoder:
         key_real = torch.ones(B, L, dtype=torch.bool, device=device)
         key_real[:, :P] = prompt_mask.bool()
         plen = prompt_mask.long().sum(-1)  # real prompt tokens per row
-        pos = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, P)
         caches = [
             (
                 torch.empty(B, self.nkv, L, self.hd, device=device, dtype=dtype),
@@ -173,17 +172,39 @@ class LlamaDecoder:
             for _ in W["layers"]
         ]
         # Prefill: causal over the real prompt keys; a padding query attends to itself only, so
-        # no softmax row is empty (its output is never read).
+        # no softmax row is empty (its output is never read). A prompt repeated n times (GRPO's
+        # group) is run once and its keys/values copied to its n rows.
         padded = not bool(prompt_mask.bool().all())
+        uniq, inv = torch.unique(
+            torch.cat([prompt_ids, prompt_mask.long()], dim=-1), dim=0, return_inverse=True
+        )
+        shared = uniq.shape[0] < B
+        pid, pmask = (uniq[:, :P], uniq[:, P:].bool()) if shared else (prompt_ids, key_real[:, :P])
+        n = pid.shape[0]
         mask = None  # no padding: plain causal attention
         if padded:
             causal = torch.ones(P, P, dtype=torch.bool, device=device).tril()
             eye = torch.eye(P, dtype=torch.bool, device=device)
-            mask = ((causal & key_real[:, None, :P]) | eye).unsqueeze(1)
-        x = F.embedding(prompt_ids, W["embed"])
-        cos, sin = cos_t[pos], sin_t[pos]
-        for w, cache in zip(W["layers"], caches, strict=True):
+            mask = ((causal & pmask[:, None, :]) | eye).unsqueeze(1)
+        pre = caches
+        if shared:
+            pre = [
+                (
+                    torch.empty(n, self.nkv, P, self.hd, device=device, dtype=dtype),
+                    torch.empty(n, self.nkv, P, self.hd, device=device, dtype=dtype),
+                )
+                for _ in W["layers"]
+            ]
+        x = F.embedding(pid, W["embed"])
+        p_pos = (pmask.long().cumsum(-1) - 1).clamp(min=0)
+        cos, sin = cos_t[p_pos], sin_t[p_pos]
+        for w, cache in zip(W["layers"], pre, strict=True):
             x = self._block(x, w, cos, sin, cache, 0, mask)
+        if shared:
+            for (k, v), (kp, vp) in zip(caches, pre, strict=True):
+                k[:, :, :P] = kp[inv]
+                v[:, :, :P] = vp[inv]
+            x = x[inv]
         # Decode: an additive bias over the keys (-inf on prompt padding), or none at all.
         key_bias = None
         if padded:
