@@ -30,15 +30,19 @@ CHECK_EVERY = 4
 
 
 def supports(model) -> bool:  # noqa: ANN001 - HF causal LM
-    """Whether :class:`LlamaDecoder` reproduces ``model``'s forward: a plain Llama (no biases, no
-    dynamic rope scaling, SiLU MLP, one tensor-parallel slice)."""
+    """Whether :class:`LlamaDecoder` reproduces ``model``'s forward: a plain fp32 Llama (no biases,
+    no rope scaling, SiLU MLP, one tensor-parallel slice). Half-precision models keep HF's path,
+    whose RMSNorm upcasts in its own order (log-prob agreement is only tested in fp32)."""
     cfg = getattr(model, "config", None)
     if cfg is None or getattr(cfg, "model_type", None) != "llama":
         return False
     inner = getattr(model, "model", None)
     rotary = getattr(inner, "rotary_emb", None)
+    embed = getattr(inner, "embed_tokens", None)
     return (
         rotary is not None
+        and embed is not None
+        and embed.weight.dtype == torch.float32
         and getattr(rotary, "rope_type", None) == "default"
         and not getattr(cfg, "attention_bias", False)
         and not getattr(cfg, "mlp_bias", False)

@@ -48,6 +48,7 @@ def test_tiny_llama_takes_the_fast_path_and_other_models_do_not(model, tok):
         )
     )
     assert not fastdecode.supports(qwen)  # q/k/v biases: HF's own path
+    assert not fastdecode.supports(copy.deepcopy(model).to(torch.bfloat16))  # fp32 only
     ro = TorchEngine(qwen, tok).generate(PROMPTS, temperature=1.0, max_new_tokens=4, seed=0)
     assert ro.response_ids.shape[0] == len(PROMPTS)
 
