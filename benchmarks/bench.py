@@ -921,7 +921,11 @@ def print_results(result: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``sppo-bench bench``."""
-    p = argparse.ArgumentParser(prog="sppo-bench bench", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="sppo-bench bench",
+        description="Engine and trainer speed versus the CPU's GEMM ceiling, HF generate() and "
+        "TRL's GRPOTrainer, measured side by side (see benchmarks/bench.py).",
+    )
     p.add_argument("--quick", action="store_true", help="tiny sizes and repeats (a smoke test)")
     p.add_argument(
         "--out", type=Path, default=Path("outputs/bench/bench"), help="writes OUT.json and OUT.csv"
