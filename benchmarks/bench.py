@@ -17,6 +17,10 @@ Sections (each figure is the median of several repeats after warm-up, with min a
 4. tracking: MLflow logging per step (temporary SQLite store) as a percentage of step time;
 5. memory: peak resident-set growth of each contender, each measured in a forked child.
 
+FLOPs are the analytic ones of :class:`~benchmarks.meter.FlopModel` (the standard computation on
+real tokens, the same formula for every contender), so work an engine avoids (a prompt shared by
+its group, padding) counts as done: utilisation is *effective* throughput over the ceiling.
+
 Contenders are interleaved (A, B, C, A, B, C, ...) and ratios are taken per round, so a machine
 whose load changes during the run still gives stable ratios; the output states how loaded the
 machine was (load average, and the CPU share this process got). Everything runs with the suite's
