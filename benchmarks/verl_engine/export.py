@@ -59,7 +59,10 @@ def task_rows(task_cfg: Any) -> dict[str, list[dict[str, Any]]]:
     if name == "arith":
         kwargs = {k: v for k, v in cfg.items() if k not in ("name", "max_new_tokens")}
         task = ArithTask(**kwargs)
-        for split, problems in (("train", task.train_problems()), (task.eval_name, task.eval_problems())):
+        for split, problems in (
+            ("train", task.train_problems()),
+            (task.eval_name, task.eval_problems()),
+        ):
             out[split] = [
                 _row(
                     task.eval_name if split != "train" else "arith",
