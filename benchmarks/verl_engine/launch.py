@@ -80,8 +80,9 @@ def _python(cfg: Any) -> str:
     return str(cfg.engine.get("python") or sys.executable)
 
 
-def dry_run(cfg: Any, plan: Any, out: TextIO = sys.stdout) -> int:
+def dry_run(cfg: Any, plan: Any, out: TextIO | None = None) -> int:
     """Print each verl command and its resolved configuration; return 0 if verl accepts all."""
+    out = out or sys.stdout
     import yaml
 
     from benchmarks.verl_engine.resolve import resolve_in_verl
