@@ -475,3 +475,35 @@ def test_installed_package_declares_the_entry_point():
     if not eps:
         pytest.skip("installed sppo-bench metadata predates the entry point: reinstall the project")
     assert eps[0].name == "sppo_bench"
+
+
+# --- the paper recipe ------------------------------------------------------------------------
+
+
+def test_paper_recipe_carries_the_papers_settings():
+    """suite=paper_1p5b: DeepSeek-R1-Distill-Qwen-1.5B, 4 GPUs, 256 prompts per step in
+    mini-batches of 128, actor lr 1e-6, critic lr 5e-6, 8192-token responses at temperature 0.6,
+    GRPO n = 8, Avg@16 validation; for all four algorithms."""
+    from benchmarks.config import compose_config
+    from benchmarks.suite import validate
+    from benchmarks.verl_engine.launch import plans
+
+    cfg = compose_config(["suite=paper_1p5b", f"task.data_dir={DATA_DIR}"])
+    runs = {name: p.values for _, name, p in plans(cfg, validate(cfg))}
+    assert sorted(runs) == ["dapo", "grpo", "ppo", "sppo"]
+    n = {"sppo": 1, "ppo": 1, "grpo": 8, "dapo": 16}
+    for name, v in runs.items():
+        assert v["actor_rollout_ref.model.path"] == "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"
+        assert v["trainer.n_gpus_per_node"] == 4
+        assert v["data.train_batch_size"] == 256
+        assert v["actor_rollout_ref.actor.ppo_mini_batch_size"] == 128
+        assert v["actor_rollout_ref.actor.optim.lr"] == 1e-6
+        assert v["data.max_response_length"] == 8192
+        assert v["actor_rollout_ref.rollout.temperature"] == 0.6
+        assert v["actor_rollout_ref.rollout.n"] == n[name]
+        assert v["actor_rollout_ref.rollout.val_kwargs.n"] == 16
+        assert v["actor_rollout_ref.rollout.name"] == "vllm"
+        assert len(v["data.val_files"]) == 5
+        assert v.get("critic.optim.lr") == (5e-6 if name in ("sppo", "ppo") else None)
+    assert runs["ppo"]["trainer.critic_warmup"] == 50
+    assert runs["dapo"]["+reward.reward_kwargs.max_resp_len"] == 8192
