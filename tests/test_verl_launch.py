@@ -101,6 +101,7 @@ def test_launch_logs_verl_runs_as_children_and_maps_their_metrics(tmp_path, monk
     assert runs["sppo"].data.tags[M.TAG_ENGINE] == "verl"
     # verl's own logger wrote into our child run (its config as params, its metric names) ...
     assert "trainer/total_training_steps" in runs["sppo"].data.params
+    assert runs["sppo"].data.params["algorithm_resolved.clip_ratio_c"] == "3.0"  # ours too
     # ... and the suite's names were mapped next to them
     pts = eval_points(load_runs(parent_run_id=parent.info.run_id, tracking_uri=uri))
     sppo = pts[pts["algorithm"] == "sppo"]

@@ -110,6 +110,7 @@ def _total_steps(p: VerlPlan) -> int:
 
 def run_verl_suite(cfg: Any, plan: Any) -> int:
     """Export, launch every (algorithm, seed) on verl, map metrics; returns an exit status."""
+    from mlflow.entities import Param
     from mlflow.tracking import MlflowClient
     from omegaconf import OmegaConf
 
@@ -169,6 +170,19 @@ def run_verl_suite(cfg: Any, plan: Any) -> int:
                 },
             )
             child_ids[(name, seed)] = run.info.run_id
+            alg = plan.algorithms[name]
+            params = flatten(
+                {
+                    **{k: v for k, v in resolved.items() if k != "algorithm"},
+                    "algorithm": {"name": name, **resolved["algorithm"][name]},
+                    "algorithm_resolved": {
+                        f: getattr(alg.config, f) for f in alg.config.__dataclass_fields__
+                    },
+                }
+            )  # "." keys; verl logs its own config under "/" keys into the same run
+            items = [Param(k, v[:6000]) for k, v in params.items()]
+            for i in range(0, len(items), 100):
+                client.log_batch(run.info.run_id, params=items[i : i + 100])
             return {"MLFLOW_TRACKING_URI": uri, "MLFLOW_RUN_ID": run.info.run_id}
 
         for seed, name, p in plans(cfg, plan, tracking):
