@@ -96,7 +96,8 @@ def dry_run(cfg: Any, plan: Any, out: TextIO | None = None) -> int:
         out.write(f"{env} {shlex.join(p.command(_python(cfg)))}\n")
         if res["error"]:
             bad += 1
-            out.write(f"# verl rejects this configuration: {res['error']}\n")
+            message = str(res["error"]).strip().replace("\n", "\n#   ")
+            out.write(f"# verl rejects this configuration: {message}\n")
         if res["config"] is not None:
             out.write(f"# --- {p.run_name}: resolved verl config ---\n")
             out.write(yaml.safe_dump(res["config"], sort_keys=False))

@@ -71,10 +71,15 @@ def _compose_all(override_sets: list[list[str]], validate: bool) -> list[dict[st
             try:
                 cfg = compose("ppo_trainer", overrides=overrides)
                 resolved = OmegaConf.to_container(cfg, resolve=True)
-                if validate:
-                    from verl.trainer.ppo.utils import need_critic, need_reference_policy
-                    from verl.utils.config import validate_config
+            except Exception as e:  # report per set; the caller decides
+                out.append({"config": None, "error": f"{type(e).__name__}: {e}"})
+                continue
+            error = None
+            if validate:
+                from verl.trainer.ppo.utils import need_critic, need_reference_policy
+                from verl.utils.config import validate_config
 
+                try:
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")
                         validate_config(
@@ -82,9 +87,9 @@ def _compose_all(override_sets: list[list[str]], validate: bool) -> list[dict[st
                             use_reference_policy=need_reference_policy(cfg),
                             use_critic=need_critic(cfg),
                         )
-                out.append({"config": resolved, "error": None})
-            except Exception as e:  # report per set; the caller decides
-                out.append({"config": None, "error": f"{type(e).__name__}: {e}"})
+                except Exception as e:  # e.g. a model path verl cannot load here
+                    error = f"{type(e).__name__}: {e}"
+            out.append({"config": resolved, "error": error})
     return out
 
 
