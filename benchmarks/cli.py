@@ -49,6 +49,8 @@ def _cmd_run(overrides: list[str]) -> int:
         cfg = compose_config(overrides)
         grid = grid_configs(cfg, overrides)
         plans = [validate(point) for _, point in grid or [(None, cfg)]]
+        if cfg.engine.get("dry_run") and cfg.engine.name != "verl":
+            raise ConfigError(f"--dry-run: only engine=verl has one, not {cfg.engine.name}")
         if cfg.engine.name == "verl":
             if grid:
                 raise ConfigError("engine=verl: suite.grid is not supported; run one point each")

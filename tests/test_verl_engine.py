@@ -507,3 +507,21 @@ def test_paper_recipe_carries_the_papers_settings():
         assert v.get("critic.optim.lr") == (5e-6 if name in ("sppo", "ppo") else None)
     assert runs["ppo"]["trainer.critic_warmup"] == 50
     assert runs["dapo"]["+reward.reward_kwargs.max_resp_len"] == 8192
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["engine=verl"], "model.name_or_path=null"),  # the tiny char model cannot go to verl
+        (["--dry-run"], "only engine=verl"),
+        (
+            ["engine=verl", "model=hf", "model.name_or_path=x", "budget=flops"],
+            "total_training_steps",
+        ),
+    ],
+)
+def test_cli_refuses_what_verl_cannot_run_before_any_work(overrides, message, capsys):
+    from benchmarks.cli import main
+
+    assert main(["run", *overrides]) == 2
+    assert message in capsys.readouterr().err
