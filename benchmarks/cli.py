@@ -39,6 +39,7 @@ def _cmd_run(overrides: list[str]) -> int:
     from omegaconf.errors import OmegaConfBaseException
 
     from algorithms import ConfigError
+    from benchmarks.preflight import PreflightError, preflight
     from benchmarks.suite import grid_configs, run_grid, run_suite, validate
 
     try:
@@ -46,6 +47,10 @@ def _cmd_run(overrides: list[str]) -> int:
         grid = grid_configs(cfg, overrides)
         for _, point in grid or [(None, cfg)]:
             validate(point)
+        preflight(cfg)
+    except PreflightError as e:
+        sys.stderr.write(f"sppo-bench: cannot start: {e}\n")
+        return 2
     except (
         HydraException,
         OmegaConfBaseException,
