@@ -102,9 +102,14 @@ def validate(cfg: Any) -> _Plan:
             raise ConfigError(f"plugins: cannot import {module!r}: {e}") from e
     if cfg.get("resume", "never") not in ckpt.RESUME_MODES:
         raise ConfigError(f"resume={cfg.resume!r}: allowed {list(ckpt.RESUME_MODES)}")
-    algos = _as_dict(cfg.algorithm)
+    algos = _as_dict(cfg.algorithm) if "algorithm" in cfg else {}
     if not algos:
-        raise ConfigError("algorithm: select at least one, e.g. algorithm=[sppo,grpo]")
+        from algorithms import list_algorithms
+
+        raise ConfigError(
+            "algorithm: select at least one, e.g. algorithm=[sppo,grpo]; "
+            f"registered: {list_algorithms()}"
+        )
     trainer_base = {k: v for k, v in _as_dict(cfg.trainer).items()}
     unknown = set(trainer_base) - _TRAINER_KEYS
     if unknown:
@@ -146,6 +151,10 @@ def validate(cfg: Any) -> _Plan:
     budget = Budget(
         kind=b["kind"], limit=float(b["limit"]), eval_fractions=tuple(b["eval_fractions"])
     )
+    if cfg.engine.name != "torch":
+        raise ConfigError(f"engine.name={cfg.engine.name!r}: the native trainer supports ['torch']")
+    if int(cfg.threads) < 1:
+        raise ConfigError(f"threads={cfg.threads} must be >= 1")
     if int(cfg.seeds) < 1:
         raise ConfigError(f"seeds={cfg.seeds} must be >= 1")
     seeds = [int(cfg.seed) + i for i in range(int(cfg.seeds))]

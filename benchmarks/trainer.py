@@ -74,11 +74,32 @@ class TrainerConfig:
             "max_new_tokens",
             "eval_batch_size",
             "max_consecutive_skips",
+            "calibration_samples",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"trainer.{name}={getattr(self, name)} must be >= 1")
         if self.checkpoint_every < 0:
             raise ConfigError(f"trainer.checkpoint_every={self.checkpoint_every} must be >= 0")
+        if self.samples_per_step % self.mini_batches:
+            raise ConfigError(
+                f"trainer.mini_batches={self.mini_batches} must divide "
+                f"trainer.samples_per_step={self.samples_per_step}"
+            )
+        for name in ("eval_k", "eval_samples_logged", "calibration_prompts"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"trainer.{name}={getattr(self, name)} must be >= 0")
+        if not self.grad_clip > 0:
+            raise ConfigError(f"trainer.grad_clip={self.grad_clip} must be > 0")
+        if not self.weight_decay >= 0:
+            raise ConfigError(f"trainer.weight_decay={self.weight_decay} must be >= 0")
+        if self.eval_k_problems is not None and self.eval_k_problems < 1:
+            raise ConfigError(
+                f"trainer.eval_k_problems={self.eval_k_problems} must be >= 1 or null"
+            )
+        if not 0.0 <= self.eval_temperature <= 10.0:
+            raise ConfigError(
+                f"trainer.eval_temperature={self.eval_temperature} must be in [0, 10]"
+            )
         if not self.actor_lr > 0:
             raise ConfigError(f"trainer.actor_lr={self.actor_lr} must be > 0")
         if self.critic_lr is not None and not self.critic_lr > 0:
