@@ -240,6 +240,8 @@ class _Ctx:
     config_hash: str = ""
     #: resume=auto: the resumed parent's child runs by (algorithm, seed).
     previous: dict[tuple[str, int], Any] = field(default_factory=dict)
+    #: Checkpoints only for a suite's own parent run (a sweep trial or grid point is not resumed).
+    checkpoints: bool = False
 
 
 def run_suite(
@@ -324,7 +326,7 @@ def run_suite(
             parent.log_dict(resolved, "config.yaml")
         bar = stack.enter_context(_progress(progress))
         ctx = _Ctx(cfg, plan, client, exp_id, tags, resolved, task, tokenizer, bar, on_eval)
-        ctx.out_dir, ctx.config_hash = out_dir, chash
+        ctx.out_dir, ctx.config_hash, ctx.checkpoints = out_dir, chash, parent is not None
         if previous is not None:
             ctx.previous = ckpt.child_runs(client, exp_id, previous.info.run_id)
         try:
@@ -406,6 +408,8 @@ def run_grid(cfg: Any, points: Sequence[tuple[Any, Any]], *, progress: bool = Tr
     from omegaconf import OmegaConf
 
     t0 = time.perf_counter()
+    if cfg.get("resume", "never") != "never":
+        raise ConfigError("resume=auto: not supported with suite.grid yet; use resume=never")
     key = next(iter(cfg.suite.grid))
     uri = cfg.tracking.uri or default_tracking_uri()
     exp_id = prepare_store(uri, str(cfg.tracking.experiment))
@@ -478,7 +482,7 @@ def _run_one(
             tracker = ckpt.ResumableTracker(mlflow_tracker)
             checkpointer = ckpt.Checkpointer(
                 ctx.out_dir / "checkpoints" / str(parent_id) / f"{name}-s{seed}",
-                tcfg.checkpoint_every,
+                tcfg.checkpoint_every if ctx.checkpoints else 0,
                 {
                     "parent_run_id": parent_id,
                     "run_id": summary.run_id,
