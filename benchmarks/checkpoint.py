@@ -140,6 +140,9 @@ class ResumableTracker:
     def log_table(self, data: Mapping[str, list], artifact_file: str) -> None:
         self.inner.log_table(data, artifact_file)
 
+    def __getattr__(self, name: str) -> Any:  # run_id, log_dict, ... of the wrapped tracker
+        return getattr(self.inner, name)
+
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
         self.inner.log_artifact(path, artifact_path)
 

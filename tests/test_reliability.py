@@ -100,8 +100,12 @@ def _kill_points() -> list[tuple[str, int, str]]:
     return points
 
 
-def test_kill_9_then_resume_equals_uninterrupted_twin(root, twin):
-    seed = int(os.environ.get("SPPO_BENCH_KILL_SEED", "9"))
+#: Which random kill points to try: one in CI; e.g. SPPO_BENCH_KILL_SEEDS=1,2,3,4 for more.
+KILL_SEEDS = [int(x) for x in os.environ.get("SPPO_BENCH_KILL_SEEDS", "9").split(",")]
+
+
+@pytest.mark.parametrize("seed", KILL_SEEDS)
+def test_kill_9_then_resume_equals_uninterrupted_twin(root, twin, seed):
     alg, step, where = random.Random(seed).choice(_kill_points())
     store = _store(root, f"killed-{seed}")
     env = {**os.environ, FAULTS_ENV: f"kill@{alg}:{step}:{where}", "PYTHONPATH": str(REPO)}
@@ -113,7 +117,7 @@ def test_kill_9_then_resume_equals_uninterrupted_twin(root, twin):
         text=True,
         timeout=600,
     )
-    why = f"kill at {alg} step {step} ({where}); SPPO_BENCH_KILL_SEED={seed}"
+    why = f"kill at {alg} step {step} ({where}); SPPO_BENCH_KILL_SEEDS={seed}"
     assert proc.returncode == -9, f"{why}: expected SIGKILL\n{proc.stderr[-3000:]}"
     from mlflow.tracking import MlflowClient
 
