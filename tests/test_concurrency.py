@@ -84,7 +84,7 @@ def test_four_processes_lose_no_run_metric_or_trial(tmp_path):
     assert sorted(t.value for t in trials) == [float(i) for i in range(WORKERS * RUNS)]
 
 
-def test_metrics_wait_out_a_lock_longer_than_the_busy_timeout(tmp_path):
+def test_metrics_wait_out_a_lock_longer_than_the_busy_timeout(tmp_path, caplog):
     """Another process holds the store's write lock for 7 s (pysqlite gives up after 5 s): the
     write is retried and lands once, not lost or doubled."""
     from mlflow.tracking import MlflowClient
@@ -107,7 +107,8 @@ def test_metrics_wait_out_a_lock_longer_than_the_busy_timeout(tmp_path):
         finally:
             release.join()
             lock.close()
-        assert time.monotonic() - t0 >= 6.5  # it really waited for the lock
+        assert time.monotonic() - t0 >= 6.5  # it really waited for the lock ...
+    assert "log metrics: database is locked, retry" in caplog.text  # ... and retried
     hist = client.get_metric_history(tracker.run_id, "m")
     assert sorted((m.step, m.value) for m in hist) == [(0, 1.0), (1, 2.0)]
     assert client.get_run(tracker.run_id).info.status == "FINISHED"

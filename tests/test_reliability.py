@@ -25,7 +25,7 @@ from benchmarks.suite import run_suite
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 ALGS = ("grpo", "sppo")
-STEPS = 6  # per algorithm: budget 192 samples / 32 per step
+STEPS = 4  # per algorithm: budget 128 samples / 32 per step
 CKPT_EVERY = 2
 
 
@@ -39,7 +39,7 @@ def _with(overrides: list[str], **changes: str) -> list[str]:
 REL = _with(
     [o for o in MICRO if not o.startswith("algorithm.dapo")],  # (that one would add dapo)
     budget__limit=str(32 * STEPS),
-    task__eval_size="64",
+    task__eval_size="32",
     algorithm=f"[{','.join(ALGS)}]",
     trainer__checkpoint_every=str(CKPT_EVERY),
 )
