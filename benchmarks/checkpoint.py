@@ -339,7 +339,7 @@ class Checkpointer:
                     os.fsync(fd)
                 finally:
                     os.close(fd)
-        except OSError as e:
+        except (OSError, RuntimeError) as e:  # torch.save reports a full disk as RuntimeError
             tmp.unlink(missing_ok=True)
             log.error(
                 "checkpoint at step %d not saved (%s); keeping the previous one", trainer.step, e
