@@ -41,6 +41,7 @@ def _cmd_run(overrides: list[str]) -> int:
     from omegaconf.errors import OmegaConfBaseException
 
     from algorithms import ConfigError
+    from benchmarks.preflight import PreflightError, preflight
     from benchmarks.suite import grid_configs, run_grid, run_suite, validate
 
     if "--dry-run" in overrides:  # engine=verl: print the verl commands, launch nothing
@@ -57,6 +58,10 @@ def _cmd_run(overrides: list[str]) -> int:
             from benchmarks.verl_engine.launch import plans as verl_plans
 
             verl_plans(cfg, plans[0])  # translation errors are configuration errors too
+        preflight(cfg)
+    except PreflightError as e:
+        sys.stderr.write(f"sppo-bench: cannot start: {e}\n")
+        return 2
     except (
         HydraException,
         OmegaConfBaseException,

@@ -21,16 +21,21 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from algorithms import Algorithm, ConfigError
+from benchmarks import faults
 from benchmarks import metrics as M
 from benchmarks.meter import Budget, ComputeMeter, FlopModel
 from benchmarks.modeling import ValueModel
 from benchmarks.rollout import Rollout, RolloutEngine, response_logprobs, sequence_inputs
 from benchmarks.tasks import Task, TaskProblem
 from benchmarks.tracking import NullTracker, Tracker
+
+if TYPE_CHECKING:
+    from benchmarks.checkpoint import Checkpointer
 
 __all__ = ["EvalResult", "PromptStream", "RLTrainer", "TrainerConfig", "evaluate_greedy"]
 
@@ -53,6 +58,7 @@ class TrainerConfig:
     eval_batch_size: int = 512
     eval_samples_logged: int = 64  # rows of the eval-sample table artifact
     max_consecutive_skips: int = 5  # non-finite steps tolerated in a row
+    checkpoint_every: int = 0  # steps between checkpoints (0: none; see benchmarks/checkpoint.py)
     eval_k: int = 0  # > 0: also avg@k / pass@k with k samples per problem (final eval)
     eval_k_every_checkpoint: bool = False  # ... and at every budget checkpoint
     eval_k_problems: int | None = 200  # problems in the sampled evaluation (None: all)
@@ -62,9 +68,38 @@ class TrainerConfig:
     calibration_samples: int = 8  # samples per prompt for the empirical success rate
 
     def __post_init__(self) -> None:
-        for name in ("samples_per_step", "mini_batches", "max_new_tokens", "eval_batch_size"):
+        for name in (
+            "samples_per_step",
+            "mini_batches",
+            "max_new_tokens",
+            "eval_batch_size",
+            "max_consecutive_skips",
+            "calibration_samples",
+        ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"trainer.{name}={getattr(self, name)} must be >= 1")
+        if self.checkpoint_every < 0:
+            raise ConfigError(f"trainer.checkpoint_every={self.checkpoint_every} must be >= 0")
+        if self.samples_per_step % self.mini_batches:
+            raise ConfigError(
+                f"trainer.mini_batches={self.mini_batches} must divide "
+                f"trainer.samples_per_step={self.samples_per_step}"
+            )
+        for name in ("eval_k", "eval_samples_logged", "calibration_prompts"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"trainer.{name}={getattr(self, name)} must be >= 0")
+        if not self.grad_clip > 0:
+            raise ConfigError(f"trainer.grad_clip={self.grad_clip} must be > 0")
+        if not self.weight_decay >= 0:
+            raise ConfigError(f"trainer.weight_decay={self.weight_decay} must be >= 0")
+        if self.eval_k_problems is not None and self.eval_k_problems < 1:
+            raise ConfigError(
+                f"trainer.eval_k_problems={self.eval_k_problems} must be >= 1 or null"
+            )
+        if not 0.0 <= self.eval_temperature <= 10.0:
+            raise ConfigError(
+                f"trainer.eval_temperature={self.eval_temperature} must be in [0, 10]"
+            )
         if not self.actor_lr > 0:
             raise ConfigError(f"trainer.actor_lr={self.actor_lr} must be > 0")
         if self.critic_lr is not None and not self.critic_lr > 0:
@@ -165,6 +200,7 @@ class RLTrainer:
         critic_base: torch.nn.Module | None = None,
         on_progress: Callable[[float, dict[str, float]], None] | None = None,
         on_eval: Callable[[float, EvalResult], None] | None = None,
+        checkpointer: Checkpointer | None = None,
     ) -> None:
         self.alg, self.policy, self.tok, self.task = algorithm, policy, tokenizer, task
         self.budget, self.cfg, self.seed = budget, config, seed
@@ -207,6 +243,7 @@ class RLTrainer:
         self._eval_idx = 0
         self.evals: list[tuple[float, EvalResult]] = []
         self._step_cost = 0.0
+        self.checkpointer = checkpointer
 
     # ------------------------------------------------------------------ budget
 
@@ -229,7 +266,10 @@ class RLTrainer:
         """Train until the budget is spent; returns (budget fraction, eval) pairs."""
         self.meter.memory.start()
         try:
-            self._maybe_eval(force_first=True)
+            state = self.checkpointer.load() if self.checkpointer is not None else None
+            if state is not None:
+                self.checkpointer.restore(self, state)
+            self._maybe_eval(force_first=True)  # a no-op after a restore (evals restored too)
             while self._fits():
                 before = self.budget.spent(self.meter)
                 stats = self._train_step()
@@ -237,6 +277,8 @@ class RLTrainer:
                 self.step += 1
                 self._log(stats)
                 self._maybe_eval()
+                if self.checkpointer is not None:
+                    self.checkpointer.after_step(self)
             skipped = self.budget.eval_fractions[self._eval_idx : -1]
             if skipped:
                 log.warning(
@@ -607,6 +649,8 @@ class RLTrainer:
                     loss, pm = alg.policy_loss(
                         lp, old_lp[idx], adv[idx], m, None if ref_lp is None else ref_lp[idx]
                     )
+                    if faults.active("nan_loss", alg.name, self.step):  # tests only
+                        loss = loss * float("nan")
                     if torch.isfinite(loss):
                         self.opt.zero_grad(set_to_none=True)
                         loss.backward()
