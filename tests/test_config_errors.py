@@ -53,7 +53,7 @@ CASES = [
         ["task=gsm8k", "model=hf", "model.name_or_path=x", "task.data_dir=/nonexistent/data"],
         ["dataset 'gsm8k_train'", "/nonexistent/data/gsm8k/train.jsonl", "task.data_dir=DIR"],
     ),
-    (["engine.name=vllm"], ["engine.name='vllm'", "['torch']"]),
+    (["engine.name=vllm"], ["engine.name='vllm'", "['torch', 'verl']"]),
     (["resume=sometimes"], ["resume='sometimes'", "['never', 'auto']"]),
     (["plugins=[no_such_module]"], ["plugins", "'no_such_module'"]),
 ]
