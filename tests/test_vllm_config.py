@@ -1,0 +1,83 @@
+"""`engine.rollout` and the vLLM settings are checked before any compute, naming the field.
+
+The vLLM engine itself is tested for real in tests/vllm_tests (second venv, `make test-vllm`).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from algorithms import ConfigError
+from benchmarks.cli import compose_config
+from benchmarks.rollout import TorchEngine
+from benchmarks.suite import validate
+from benchmarks.vllm_engine import (
+    VllmSettings,
+    check_rollout_config,
+    make_engine_factory,
+    request_seeds,
+    vllm_available,
+)
+
+
+def test_default_config_uses_the_torch_engine(tok):
+    cfg = compose_config([])
+    assert cfg.engine.rollout == "torch"
+    factory = make_engine_factory(cfg.engine, tok)
+    assert isinstance(factory(object()), TorchEngine)
+
+
+@pytest.mark.parametrize(
+    ("override", "words"),
+    [
+        ("engine.rollout=sglang", ["engine.rollout", "torch", "vllm"]),
+        (
+            "engine.vllm.gpu_memory_utilization=1.5",
+            ["engine.vllm.gpu_memory_utilization", "(0, 1]"],
+        ),
+        ("engine.vllm.dtype=int8", ["engine.vllm.dtype", "bfloat16"]),
+        ("engine.vllm.kv_cache_gib=0", ["engine.vllm.kv_cache_gib"]),
+    ],
+)
+def test_bad_vllm_settings_fail_before_compute(override, words):
+    cfg = compose_config(
+        ["engine.rollout=vllm", override] if "rollout" not in override else [override]
+    )
+    with pytest.raises(ConfigError) as e:
+        check_rollout_config(cfg.engine)
+    for w in words:
+        assert w in str(e.value)
+
+
+def test_unknown_vllm_key_is_named():
+    from omegaconf import OmegaConf
+
+    cfg = compose_config(["engine.rollout=vllm"])
+    OmegaConf.set_struct(cfg, False)
+    cfg.engine.vllm.swap_space = 4
+    with pytest.raises(ConfigError, match=r"engine\.vllm\.swap_space: unknown key"):
+        check_rollout_config(cfg.engine)
+
+
+@pytest.mark.skipif(vllm_available(), reason="vLLM is installed here: the error cannot occur")
+def test_vllm_rollout_without_vllm_says_how_to_install():
+    cfg = compose_config(["engine.rollout=vllm"])
+    with pytest.raises(
+        ConfigError, match=r"engine.rollout=vllm: vllm is not installed.*install-vllm"
+    ):
+        validate(cfg)
+
+
+def test_vllm_settings_defaults_are_valid():
+    s = VllmSettings()
+    assert s.device == "cpu" and s.dtype == "auto" and 0 < s.gpu_memory_utilization <= 1
+    with pytest.raises(ConfigError, match="engine.device"):
+        VllmSettings(device="tpu")
+
+
+def test_request_seeds_are_a_function_of_seed_and_index():
+    a, b = request_seeds(7, 64), request_seeds(7, 64)
+    assert a == b and len(set(a)) == 64  # distinct streams within a call (a group's samples)
+    assert request_seeds(7, 8) == a[:8]  # a prefix does not depend on the batch size
+    assert request_seeds(8, 8) != a[:8]
+    assert all(0 <= s < 2**63 for s in a)
