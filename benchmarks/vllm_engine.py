@@ -87,6 +87,7 @@ def configure_vllm_env(*, device: str, kv_cache_gib: int) -> None:
     a CPU a KV-cache size (the default memory fraction is refused there). Values the user set
     win."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # no INFO lines per weight sync
     if device == "cpu":
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
 
@@ -154,15 +155,24 @@ _LLMS: dict[str, Any] = {}
 
 @contextlib.contextmanager
 def _starting(s: VllmSettings) -> Iterator[None]:
-    """Around an ``LLM`` start: set vLLM's environment, and undo its CPU worker's replacement of
+    """Around an in-process ``LLM`` start: set vLLM's environment; keep the caller's random
+    streams (vLLM seeds Python's, NumPy's and torch's global generators), so a run draws the same
+    numbers whether or not its engine had to start; and undo the CPU worker's replacement of
     ``torch.set_num_threads`` by a no-op (meant for its own worker process; in-process it would
     silently pin the trainer's thread count)."""
+    import numpy as np
+
     configure_vllm_env(device="cpu" if s.device == "cpu" else "cuda", kv_cache_gib=s.kv_cache_gib)
     set_threads = torch.set_num_threads
+    py_state, np_state = random.getstate(), np.random.get_state()
+    cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
     try:
-        yield
+        with torch.random.fork_rng(devices=cuda):
+            yield
     finally:
         torch.set_num_threads = set_threads
+        random.setstate(py_state)
+        np.random.set_state(np_state)
 
 
 def _llm_kwargs(s: VllmSettings) -> dict[str, Any]:
@@ -212,7 +222,16 @@ def _engine_key(cfg: Any, vocab: int, dtype: str, s: VllmSettings) -> str:
     return json.dumps(blob, sort_keys=True, default=str)
 
 
+class _QuietRotary(logging.Filter):
+    """Drop vLLM's warning that the rotary embedding received no weights on an in-place reload:
+    it has none (its frequencies are computed), and the warning would repeat at every step."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != "RotaryEmbedding: Failed to load weights"
+
+
 def _start_llm(path: str, dtype: str, max_model_len: int, s: VllmSettings, seed: int) -> Any:
+    logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(_QuietRotary())
     with _starting(s):
         from vllm import LLM
 
