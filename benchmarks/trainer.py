@@ -38,7 +38,14 @@ from benchmarks.rollout import (
 from benchmarks.tasks import Task, TaskProblem
 from benchmarks.tracking import NullTracker, Tracker
 
-__all__ = ["EvalResult", "PromptStream", "RLTrainer", "TrainerConfig", "evaluate_greedy"]
+__all__ = [
+    "EvalResult",
+    "PromptStream",
+    "RLTrainer",
+    "TrainerConfig",
+    "evaluate_greedy",
+    "rollout_logprob_mismatch",
+]
 
 log = logging.getLogger(__name__)
 

@@ -114,3 +114,19 @@ def test_an_engine_start_leaves_the_callers_random_streams_alone(monkeypatch):
     assert torch.set_num_threads is set_threads
     got = (torch.rand(3), random.random(), np.random.rand())
     assert torch.equal(got[0], expected[0]) and got[1:] == expected[1:]
+
+
+def test_logprob_mismatch_counts_response_tokens_only():
+    import torch
+
+    from benchmarks import metrics as M
+    from benchmarks.trainer import rollout_logprob_mismatch
+
+    sampler = torch.tensor([[-1.0, -2.0, 0.0], [-0.5, 0.0, 0.0]])
+    trainer = torch.tensor([[-1.1, -2.0, -9.0], [-0.2, -9.0, -9.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    m = rollout_logprob_mismatch(sampler, trainer, mask)
+    assert m[M.TRAIN_ROLLOUT_LOGPROB_DIFF_MEAN] == pytest.approx((0.1 + 0.0 + 0.3) / 3)
+    assert m[M.TRAIN_ROLLOUT_LOGPROB_DIFF_MAX] == pytest.approx(0.3)
+    empty = rollout_logprob_mismatch(sampler, trainer, torch.zeros_like(mask))
+    assert empty[M.TRAIN_ROLLOUT_LOGPROB_DIFF_MAX] == 0.0
