@@ -23,7 +23,6 @@ from benchmarks import checkpoint as ckpt
 from benchmarks import metrics as M
 from benchmarks.meter import Budget
 from benchmarks.modeling import ModelSpec, build_char_tokenizer, build_tiny_llama
-from benchmarks.rollout import TorchEngine
 from benchmarks.tasks import ArithTask, Task, build_task
 from benchmarks.tracking import (
     MlflowTracker,
@@ -33,6 +32,7 @@ from benchmarks.tracking import (
     prepare_store,
 )
 from benchmarks.trainer import RLTrainer, TrainerConfig
+from benchmarks.vllm_engine import check_rollout_config, make_engine_factory
 
 __all__ = ["RunSummary", "SuiteResult", "grid_configs", "run_grid", "run_suite", "validate"]
 
@@ -176,6 +176,7 @@ def validate(cfg: Any) -> _Plan:
         parse_phases(_as_dict(cfg.warmstart)["phases"])
     except ValueError as e:
         raise ConfigError(str(e)) from e
+    check_rollout_config(cfg.engine)
     return _Plan(built, trainers, budget, seeds, task)
 
 
@@ -512,8 +513,8 @@ def _run_one(
                 policy=policy,
                 tokenizer=ctx.tokenizer,
                 task=ctx.task,
-                engine_factory=lambda m: TorchEngine(
-                    m, ctx.tokenizer, batch_size=int(cfg.engine.rollout_batch_size)
+                engine_factory=make_engine_factory(
+                    cfg.engine, ctx.tokenizer, model_path=cfg.model.name_or_path, seed=seed
                 ),
                 budget=plan.budget,
                 config=tcfg,

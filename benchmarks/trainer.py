@@ -30,14 +30,27 @@ from benchmarks import faults
 from benchmarks import metrics as M
 from benchmarks.meter import Budget, ComputeMeter, FlopModel
 from benchmarks.modeling import ValueModel
-from benchmarks.rollout import Rollout, RolloutEngine, response_logprobs, sequence_inputs
+from benchmarks.rollout import (
+    Rollout,
+    RolloutEngine,
+    TorchEngine,
+    response_logprobs,
+    sequence_inputs,
+)
 from benchmarks.tasks import Task, TaskProblem
 from benchmarks.tracking import NullTracker, Tracker
 
 if TYPE_CHECKING:
     from benchmarks.checkpoint import Checkpointer
 
-__all__ = ["EvalResult", "PromptStream", "RLTrainer", "TrainerConfig", "evaluate_greedy"]
+__all__ = [
+    "EvalResult",
+    "PromptStream",
+    "RLTrainer",
+    "TrainerConfig",
+    "evaluate_greedy",
+    "rollout_logprob_mismatch",
+]
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +182,25 @@ def evaluate_greedy(
     n = len(scores)
     acc = sum(scores) / n
     return EvalResult(acc, math.sqrt(acc * (1 - acc) / n), n, responses, scores, timeouts, errors)
+
+
+def rollout_logprob_mismatch(
+    rollout_lp: torch.Tensor, trainer_lp: torch.Tensor, mask: torch.Tensor
+) -> dict[str, float]:
+    """Mean and max of |sampler log-prob - trainer log-prob| over response tokens.
+
+    The importance ratio uses the trainer's recomputation; a rollout engine whose numbers differ
+    (another kernel, dtype or weight copy) samples from a slightly different policy, a silent
+    off-policy bias. Near 0 for the torch engine; for vLLM it measures that gap.
+    """
+    valid = mask > 0
+    if not bool(valid.any()):
+        return {M.TRAIN_ROLLOUT_LOGPROB_DIFF_MEAN: 0.0, M.TRAIN_ROLLOUT_LOGPROB_DIFF_MAX: 0.0}
+    diff = (rollout_lp.float() - trainer_lp.float()).abs()[valid]
+    return {
+        M.TRAIN_ROLLOUT_LOGPROB_DIFF_MEAN: float(diff.mean()),
+        M.TRAIN_ROLLOUT_LOGPROB_DIFF_MAX: float(diff.max()),
+    }
 
 
 @dataclass
@@ -362,6 +394,9 @@ class RLTrainer:
                 greedy=False,
                 seed=self.seed,
                 batch_size=cfg.eval_batch_size,
+                # The torch engine is rebuilt there at eval_batch_size (as before); others are
+                # reused, e.g. vLLM's one engine with the current weights.
+                engine=None if isinstance(self.engine, TorchEngine) else self.engine,
             )
         tag = "final" if fraction >= 1.0 else f"f{fraction:g}"
         log_results(
@@ -563,6 +598,7 @@ class RLTrainer:
                     cfg.temperature,
                 )
             self.meter.add_flops("logprob", self._seq_flops(self.fm, ro))
+            stats.update(rollout_logprob_mismatch(ro.log_probs, old_lp, mask))
             ref_lp = None
             if self.reference is not None:
                 with self.meter.phase("reference"):
@@ -590,6 +626,8 @@ class RLTrainer:
             token_kl=token_kl,
         )
         stats.update(self._update(batch, old_lp, ref_lp, adv, returns, values))
+        with self.meter.phase("rollout"):
+            self.engine.sync_weights()  # the next rollout samples from the updated policy
         return stats
 
     def _critic_flops(self, ro: Rollout) -> float:
