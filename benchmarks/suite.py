@@ -176,7 +176,8 @@ def validate(cfg: Any) -> _Plan:
         parse_phases(_as_dict(cfg.warmstart)["phases"])
     except ValueError as e:
         raise ConfigError(str(e)) from e
-    check_rollout_config(cfg.engine)
+    if cfg.engine.name == "torch":  # verl's own `engine.rollout` names verl's backend
+        check_rollout_config(cfg.engine)
     return _Plan(built, trainers, budget, seeds, task)
 
 
