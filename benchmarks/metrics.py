@@ -65,6 +65,10 @@ TRAIN_KEPT_FRACTION = "train/kept_fraction"  # DAPO dynamic sampling
 TRAIN_GEN_BATCHES = "train/gen_batches"
 TRAIN_SKIPPED_STEPS = "train/skipped_steps"
 TRAIN_STEP = "train/step"
+#: |rollout engine's log-prob - trainer's recomputed log-prob| per response token, mean and max
+#: over a step's batch: the sampler/trainer mismatch (vLLM kernels, dtypes, stale weights).
+TRAIN_ROLLOUT_LOGPROB_DIFF_MEAN = "train/rollout_logprob_abs_diff"
+TRAIN_ROLLOUT_LOGPROB_DIFF_MAX = "train/rollout_logprob_abs_diff_max"
 
 CRITIC_VALUE_MEAN = "critic/value_mean"
 CRITIC_LOSS = "critic/loss"

@@ -19,10 +19,10 @@ from typing import Any
 import torch
 
 from algorithms import Algorithm, ConfigError, get_algorithm
+from benchmarks import checkpoint as ckpt
 from benchmarks import metrics as M
 from benchmarks.meter import Budget
 from benchmarks.modeling import ModelSpec, build_char_tokenizer, build_tiny_llama
-from benchmarks.rollout import TorchEngine
 from benchmarks.tasks import ArithTask, Task, build_task
 from benchmarks.tracking import (
     MlflowTracker,
@@ -32,6 +32,7 @@ from benchmarks.tracking import (
     prepare_store,
 )
 from benchmarks.trainer import RLTrainer, TrainerConfig
+from benchmarks.vllm_engine import check_rollout_config, make_engine_factory
 
 __all__ = ["RunSummary", "SuiteResult", "grid_configs", "run_grid", "run_suite", "validate"]
 
@@ -99,9 +100,16 @@ def validate(cfg: Any) -> _Plan:
             importlib.import_module(str(module))
         except ImportError as e:
             raise ConfigError(f"plugins: cannot import {module!r}: {e}") from e
-    algos = _as_dict(cfg.algorithm)
+    if cfg.get("resume", "never") not in ckpt.RESUME_MODES:
+        raise ConfigError(f"resume={cfg.resume!r}: allowed {list(ckpt.RESUME_MODES)}")
+    algos = _as_dict(cfg.algorithm) if "algorithm" in cfg else {}
     if not algos:
-        raise ConfigError("algorithm: select at least one, e.g. algorithm=[sppo,grpo]")
+        from algorithms import list_algorithms
+
+        raise ConfigError(
+            "algorithm: select at least one, e.g. algorithm=[sppo,grpo]; "
+            f"registered: {list_algorithms()}"
+        )
     trainer_base = {k: v for k, v in _as_dict(cfg.trainer).items()}
     unknown = set(trainer_base) - _TRAINER_KEYS
     if unknown:
@@ -143,6 +151,10 @@ def validate(cfg: Any) -> _Plan:
     budget = Budget(
         kind=b["kind"], limit=float(b["limit"]), eval_fractions=tuple(b["eval_fractions"])
     )
+    if cfg.engine.name not in ("torch", "verl"):
+        raise ConfigError(f"engine.name={cfg.engine.name!r}: allowed ['torch', 'verl']")
+    if int(cfg.threads) < 1:
+        raise ConfigError(f"threads={cfg.threads} must be >= 1")
     if int(cfg.seeds) < 1:
         raise ConfigError(f"seeds={cfg.seeds} must be >= 1")
     seeds = [int(cfg.seed) + i for i in range(int(cfg.seeds))]
@@ -164,6 +176,8 @@ def validate(cfg: Any) -> _Plan:
         parse_phases(_as_dict(cfg.warmstart)["phases"])
     except ValueError as e:
         raise ConfigError(str(e)) from e
+    if cfg.engine.name == "torch":  # verl's own `engine.rollout` names verl's backend
+        check_rollout_config(cfg.engine)
     return _Plan(built, trainers, budget, seeds, task)
 
 
@@ -224,6 +238,12 @@ class _Ctx:
     tokenizer: Any
     bar: Any
     on_eval: Callable[[str, int, float, float], None] | None
+    out_dir: Path = Path(".")
+    config_hash: str = ""
+    #: resume=auto: the resumed parent's child runs by (algorithm, seed).
+    previous: dict[tuple[str, int], Any] = field(default_factory=dict)
+    #: Checkpoints only for a suite's own parent run (a sweep trial or grid point is not resumed).
+    checkpoints: bool = False
 
 
 def run_suite(
@@ -244,8 +264,11 @@ def run_suite(
     from mlflow.tracking import MlflowClient
     from omegaconf import OmegaConf
 
+    from benchmarks.preflight import preflight
+
     t0 = time.perf_counter()
     plan = validate(cfg)
+    preflight(cfg)  # a full disk or an unwritable store fails here, before any compute
     torch.set_num_threads(int(cfg.threads))
     device = torch.device(cfg.engine.device)
     if cfg.engine.name != "torch":
@@ -278,15 +301,26 @@ def run_suite(
         **dict(extra_tags or {}),
     }
     result = SuiteResult([], uri, exp_name, parent_run_id, out_dir)
+    chash = ckpt.config_hash(resolved)
+    previous = None
+    if parent_run_id is None and cfg.get("resume", "never") == "auto":
+        previous = ckpt.find_resumable(client, exp_id, chash)
+        log.info(
+            "resume=auto: %s",
+            f"continuing parent run {previous.info.run_id}" if previous else "nothing to resume",
+        )
     with contextlib.ExitStack() as stack:
         parent = None
-        if parent_run_id is None:
+        if previous is not None:
+            parent = stack.enter_context(MlflowTracker.resume(client, previous.info.run_id))
+            result.parent_run_id = parent.run_id
+        elif parent_run_id is None:
             parent = stack.enter_context(
                 MlflowTracker.start(
                     client,
                     exp_id,
                     run_name=f"suite-{cfg.suite.name}",
-                    tags={**tags, M.TAG_ROLE: "suite"},
+                    tags={**tags, M.TAG_ROLE: "suite", ckpt.TAG_CONFIG_HASH: chash},
                     params=flatten(resolved),
                 )
             )
@@ -294,8 +328,15 @@ def run_suite(
             parent.log_dict(resolved, "config.yaml")
         bar = stack.enter_context(_progress(progress))
         ctx = _Ctx(cfg, plan, client, exp_id, tags, resolved, task, tokenizer, bar, on_eval)
+        ctx.out_dir, ctx.config_hash, ctx.checkpoints = out_dir, chash, parent is not None
+        if previous is not None:
+            ctx.previous = ckpt.child_runs(client, exp_id, previous.info.run_id)
         try:
             for seed in plan.seeds:
+                done = [_finished(ctx, n, seed) for n in plan.algorithms]
+                if all(done):  # resume=auto: nothing left for this seed, no warm start needed
+                    result.runs += done  # type: ignore[arg-type]
+                    continue
                 if real_model:
                     start, ws_info = base_model, {"steps": 0, "val_accuracy": float("nan")}
                 else:
@@ -308,9 +349,34 @@ def run_suite(
             task.close()
         result.wall_s = time.perf_counter() - t0
         if parent is not None:
-            parent.log_metrics({"suite/wall_s": result.wall_s}, step=0)
+            failed = sum(r.status != "FINISHED" for r in result.runs)
+            parent.log_metrics({"suite/wall_s": result.wall_s, "suite/failed_runs": failed}, step=0)
             _finish(result, cfg, parent)
     return result
+
+
+def _finished(ctx: _Ctx, name: str, seed: int) -> RunSummary | None:
+    """resume=auto: the summary of a child run that already FINISHED, read back from MLflow."""
+    run = ctx.previous.get((name, seed))
+    if run is None or run.info.status != "FINISHED":
+        return None
+    rid = run.info.run_id
+    acc = ctx.client.get_metric_history(rid, M.eval_metric(ctx.task.eval_name, "accuracy"))
+    se = ctx.client.get_metric_history(rid, M.eval_metric(ctx.task.eval_name, "accuracy_se"))
+    acc.sort(key=lambda m: (m.step, m.timestamp))
+    se.sort(key=lambda m: (m.step, m.timestamp))
+    metrics = {k: v for k, v in run.data.metrics.items() if k.startswith(("compute/", "memory/"))}
+    return RunSummary(
+        name,
+        seed,
+        rid,
+        "FINISHED",
+        steps=max((m.step for m in acc), default=0),
+        start_accuracy=acc[0].value if acc else float("nan"),
+        final_accuracy=acc[-1].value if acc else float("nan"),
+        final_se=se[-1].value if se else float("nan"),
+        metrics=metrics,
+    )
 
 
 def grid_configs(cfg: Any, overrides: Sequence[str]) -> list[tuple[Any, Any]]:
@@ -344,6 +410,8 @@ def run_grid(cfg: Any, points: Sequence[tuple[Any, Any]], *, progress: bool = Tr
     from omegaconf import OmegaConf
 
     t0 = time.perf_counter()
+    if cfg.get("resume", "never") != "never":
+        raise ConfigError("resume=auto: not supported with suite.grid yet; use resume=never")
     key = next(iter(cfg.suite.grid))
     uri = cfg.tracking.uri or default_tracking_uri()
     exp_id = prepare_store(uri, str(cfg.tracking.experiment))
@@ -391,19 +459,43 @@ def _run_one(
             "trainer_resolved": tcfg.__dict__,
         }
     )
+    done = _finished(ctx, name, seed)
+    if done is not None:
+        log.info("resume=auto: %s seed %d already FINISHED (run %s)", name, seed, done.run_id)
+        return done
+    prev = ctx.previous.get((name, seed))
     summary = RunSummary(name, seed, None, "FAILED")
     bar = ctx.bar
     task_id = bar.add_task(f"{name} seed {seed}", total=1.0, acc="-")
     try:
-        with MlflowTracker.start(
-            ctx.client,
-            ctx.exp_id,
-            run_name=f"{name}-s{seed}",
-            parent_run_id=parent_id,
-            tags={**ctx.tags, M.TAG_ROLE: "run", M.TAG_ALGORITHM: name, M.TAG_SEED: str(seed)},
-            params=run_params,
-        ) as tracker:
-            summary.run_id = tracker.run_id
+        with (
+            MlflowTracker.resume(ctx.client, prev.info.run_id)
+            if prev is not None
+            else MlflowTracker.start(
+                ctx.client,
+                ctx.exp_id,
+                run_name=f"{name}-s{seed}",
+                parent_run_id=parent_id,
+                tags={**ctx.tags, M.TAG_ROLE: "run", M.TAG_ALGORITHM: name, M.TAG_SEED: str(seed)},
+                params=run_params,
+            )
+        ) as mlflow_tracker:
+            summary.run_id = mlflow_tracker.run_id
+            tracker = ckpt.ResumableTracker(mlflow_tracker)
+            checkpointer = ckpt.Checkpointer(
+                ctx.out_dir / "checkpoints" / str(parent_id) / f"{name}-s{seed}",
+                tcfg.checkpoint_every if ctx.checkpoints else 0,
+                {
+                    "parent_run_id": parent_id,
+                    "run_id": summary.run_id,
+                    "algorithm": name,
+                    "seed": seed,
+                    "config_hash": ctx.config_hash,
+                },
+                tracker,
+            )
+            if prev is not None:  # skip the points logged before the kill; they are recomputed
+                tracker.skip = checkpointer.already_logged(ctx.client)
             policy = copy.deepcopy(start)
             reference = None
             if alg.uses_reference:
@@ -422,8 +514,8 @@ def _run_one(
                 policy=policy,
                 tokenizer=ctx.tokenizer,
                 task=ctx.task,
-                engine_factory=lambda m: TorchEngine(
-                    m, ctx.tokenizer, batch_size=int(cfg.engine.rollout_batch_size)
+                engine_factory=make_engine_factory(
+                    cfg.engine, ctx.tokenizer, model_path=cfg.model.name_or_path, seed=seed
                 ),
                 budget=plan.budget,
                 config=tcfg,
@@ -434,6 +526,7 @@ def _run_one(
                 critic_base=start,
                 on_progress=on_progress,
                 on_eval=on_eval,
+                checkpointer=checkpointer,
             )
             evals = trainer.train()
             bar.update(task_id, completed=1.0)
@@ -443,6 +536,7 @@ def _run_one(
             summary.final_accuracy = evals[-1][1].accuracy
             summary.final_se = evals[-1][1].se
             summary.metrics = trainer.meter.metrics()
+        checkpointer.remove()  # the run is FINISHED in MLflow: nothing left to resume
     except (
         FloatingPointError,
         RuntimeError,

@@ -14,11 +14,13 @@ import contextlib
 import json
 import logging
 import os
+import random
 import subprocess
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 __all__ = [
     "MlflowTracker",
@@ -28,9 +30,37 @@ __all__ = [
     "flatten",
     "git_commit",
     "prepare_store",
+    "retry_locked",
 ]
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+
+def _locked(e: BaseException | None) -> bool:
+    while e is not None:
+        if "database is locked" in str(e) or "database table is locked" in str(e):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def retry_locked(fn: Callable[[], _T], what: str, attempts: int = 10) -> _T:
+    """Call ``fn``; while SQLite reports a lock beyond its busy timeout (several processes
+    writing one store), retry with jittered exponential backoff (about a minute in all). A locked
+    SQLite write is rolled back, so a retry never duplicates it."""
+    for i in range(attempts):
+        try:
+            return fn()
+        except Exception as e:
+            if not _locked(e) or i == attempts - 1:
+                raise
+            delay = min(8.0, 0.1 * 2**i) * (0.5 + random.random())
+            log.warning(
+                "%s: database is locked, retry %d/%d in %.1fs", what, i + 1, attempts, delay
+            )
+            time.sleep(delay)
+    raise AssertionError("unreachable")
 
 
 class Tracker(Protocol):
@@ -83,9 +113,17 @@ def prepare_store(uri: str, experiment: str) -> str:
             raise PermissionError(f"tracking.uri={uri}: directory {db.parent} is not writable")
     mlflow.set_tracking_uri(uri)
     client = MlflowClient(uri)
-    exp = client.get_experiment_by_name(experiment)
+    exp = retry_locked(lambda: client.get_experiment_by_name(experiment), "get experiment")
     if exp is None:
-        return client.create_experiment(experiment, artifact_location=_artifact_root(uri))
+        try:
+            return retry_locked(
+                lambda: client.create_experiment(experiment, artifact_location=_artifact_root(uri)),
+                "create experiment",
+            )
+        except Exception:  # another process created it first
+            exp = client.get_experiment_by_name(experiment)
+            if exp is None:
+                raise
     return exp.experiment_id
 
 
@@ -128,27 +166,49 @@ class MlflowTracker:
         self._pending: list = []
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
-        import time
-
         from mlflow.entities import Metric
 
         ts = int(time.time() * 1000)
         batch = [Metric(k, float(v), ts, step) for k, v in metrics.items()]
         for i in range(0, len(batch), 1000):
-            op = self.client.log_batch(
-                self.run_id, metrics=batch[i : i + 1000], synchronous=self.synchronous
-            )
+            part = batch[i : i + 1000]
+            if self.synchronous:
+                retry_locked(
+                    lambda part=part: self.client.log_batch(
+                        self.run_id, metrics=part, synchronous=True
+                    ),
+                    "log metrics",
+                )
+                continue
+            op = self.client.log_batch(self.run_id, metrics=part, synchronous=False)
             if op is not None:
-                self._pending.append(op)
+                self._pending.append((op, part))
 
     def flush(self) -> None:
-        """Wait until every metric logged so far is in the store (raises a failed write)."""
+        """Wait until every metric logged so far is in the store. A batch the queue could not
+        write because SQLite stayed locked (a locked write is rolled back) is written again here,
+        synchronously and with retries; any other failed write raises."""
         pending, self._pending = self._pending, []
-        for op in pending:
-            op.wait()
+        for op, part in pending:
+            try:
+                op.wait()
+            except Exception as e:
+                if not _locked(e):
+                    raise
+                retry_locked(
+                    lambda part=part: self.client.log_batch(
+                        self.run_id, metrics=part, synchronous=True
+                    ),
+                    "log metrics",
+                )
 
     def log_table(self, data: Mapping[str, list], artifact_file: str) -> None:
-        self.client.log_table(self.run_id, data=dict(data), artifact_file=artifact_file)
+        retry_locked(  # also tags the run (mlflow.loggedArtifacts): a database write
+            lambda: self.client.log_table(
+                self.run_id, data=dict(data), artifact_file=artifact_file
+            ),
+            "log table",
+        )
 
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
         self.client.log_artifact(self.run_id, str(path), artifact_path)
@@ -169,27 +229,54 @@ class MlflowTracker:
         parent_run_id: str | None = None,
     ) -> Iterator[MlflowTracker]:
         """Create a run, yield its tracker, end it FINISHED or FAILED (with the error as a tag)."""
-        from mlflow.entities import Param, RunTag
+        from mlflow.entities import Param
         from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
         all_tags = dict(tags)
         if parent_run_id:
             all_tags[MLFLOW_PARENT_RUN_ID] = parent_run_id
-        run = client.create_run(experiment_id, run_name=run_name, tags=all_tags)
+        run = retry_locked(
+            lambda: client.create_run(experiment_id, run_name=run_name, tags=all_tags), "create run"
+        )
         rid = run.info.run_id
         if params:
             items = [Param(k, v[:6000]) for k, v in params.items()]
             for i in range(0, len(items), 100):
-                client.log_batch(rid, params=items[i : i + 100])
-        tracker = cls(client, rid)
-        try:
+                part = items[i : i + 100]
+                retry_locked(lambda part=part: client.log_batch(rid, params=part), "log params")
+        with _lifecycle(cls(client, rid)) as tracker:
             yield tracker
+
+    @classmethod
+    @contextmanager
+    def resume(cls, client, run_id: str) -> Iterator[MlflowTracker]:  # noqa: ANN001
+        """Continue an existing run (``resume=auto``): RUNNING again, its old ``error`` tag
+        removed, then ended FINISHED or FAILED like a new one."""
+        run = client.get_run(run_id)
+        if "error" in run.data.tags:
+            retry_locked(lambda: client.delete_tag(run_id, "error"), "delete tag")
+        retry_locked(lambda: client.update_run(run_id, status="RUNNING"), "update run")
+        with _lifecycle(cls(client, run_id)) as tracker:
+            yield tracker
+
+
+@contextmanager
+def _lifecycle(tracker: MlflowTracker) -> Iterator[MlflowTracker]:
+    """End the run FINISHED, or FAILED (KILLED on Ctrl-C) with the error as its ``error`` tag,
+    after every pending asynchronous metric write has landed."""
+    from mlflow.entities import RunTag
+
+    client, rid = tracker.client, tracker.run_id
+    try:
+        yield tracker
+        tracker.flush()
+    except BaseException as e:
+        with contextlib.suppress(Exception):  # keep what was logged; the error wins
             tracker.flush()
-        except BaseException as e:
-            with contextlib.suppress(Exception):  # keep what was logged; the error wins
-                tracker.flush()
-            client.log_batch(rid, tags=[RunTag("error", f"{type(e).__name__}: {e}"[:5000])])
-            client.set_terminated(rid, "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
-            raise
-        else:
-            client.set_terminated(rid, "FINISHED")
+        tag = [RunTag("error", f"{type(e).__name__}: {e}"[:5000])]
+        retry_locked(lambda: client.log_batch(rid, tags=tag), "tag error")
+        status = "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED"
+        retry_locked(lambda: client.set_terminated(rid, status), "end run")
+        raise
+    else:
+        retry_locked(lambda: client.set_terminated(rid, "FINISHED"), "end run")

@@ -21,18 +21,36 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from algorithms import Algorithm, ConfigError
+from benchmarks import faults
 from benchmarks import metrics as M
 from benchmarks.meter import Budget, ComputeMeter, FlopModel
 from benchmarks.modeling import ValueModel
-from benchmarks.rollout import Rollout, RolloutEngine, bucketed_logprobs, sequence_inputs
+from benchmarks.rollout import (
+    Rollout,
+    RolloutEngine,
+    TorchEngine,
+    bucketed_logprobs,
+    sequence_inputs,
+)
 from benchmarks.tasks import Task, TaskProblem
 from benchmarks.tracking import NullTracker, Tracker
 
-__all__ = ["EvalResult", "PromptStream", "RLTrainer", "TrainerConfig", "evaluate_greedy"]
+if TYPE_CHECKING:
+    from benchmarks.checkpoint import Checkpointer
+
+__all__ = [
+    "EvalResult",
+    "PromptStream",
+    "RLTrainer",
+    "TrainerConfig",
+    "evaluate_greedy",
+    "rollout_logprob_mismatch",
+]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +74,7 @@ class TrainerConfig:
     length_buckets: int = 4
     eval_samples_logged: int = 64  # rows of the eval-sample table artifact
     max_consecutive_skips: int = 5  # non-finite steps tolerated in a row
+    checkpoint_every: int = 0  # steps between checkpoints (0: none; see benchmarks/checkpoint.py)
     eval_k: int = 0  # > 0: also avg@k / pass@k with k samples per problem (final eval)
     eval_k_every_checkpoint: bool = False  # ... and at every budget checkpoint
     eval_k_problems: int | None = 200  # problems in the sampled evaluation (None: all)
@@ -71,9 +90,33 @@ class TrainerConfig:
             "max_new_tokens",
             "eval_batch_size",
             "length_buckets",
+            "max_consecutive_skips",
+            "calibration_samples",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"trainer.{name}={getattr(self, name)} must be >= 1")
+        if self.checkpoint_every < 0:
+            raise ConfigError(f"trainer.checkpoint_every={self.checkpoint_every} must be >= 0")
+        if self.samples_per_step % self.mini_batches:
+            raise ConfigError(
+                f"trainer.mini_batches={self.mini_batches} must divide "
+                f"trainer.samples_per_step={self.samples_per_step}"
+            )
+        for name in ("eval_k", "eval_samples_logged", "calibration_prompts"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"trainer.{name}={getattr(self, name)} must be >= 0")
+        if not self.grad_clip > 0:
+            raise ConfigError(f"trainer.grad_clip={self.grad_clip} must be > 0")
+        if not self.weight_decay >= 0:
+            raise ConfigError(f"trainer.weight_decay={self.weight_decay} must be >= 0")
+        if self.eval_k_problems is not None and self.eval_k_problems < 1:
+            raise ConfigError(
+                f"trainer.eval_k_problems={self.eval_k_problems} must be >= 1 or null"
+            )
+        if not 0.0 <= self.eval_temperature <= 10.0:
+            raise ConfigError(
+                f"trainer.eval_temperature={self.eval_temperature} must be in [0, 10]"
+            )
         if not self.actor_lr > 0:
             raise ConfigError(f"trainer.actor_lr={self.actor_lr} must be > 0")
         if self.critic_lr is not None and not self.critic_lr > 0:
@@ -145,6 +188,25 @@ def evaluate_greedy(
     return EvalResult(acc, math.sqrt(acc * (1 - acc) / n), n, responses, scores, timeouts, errors)
 
 
+def rollout_logprob_mismatch(
+    rollout_lp: torch.Tensor, trainer_lp: torch.Tensor, mask: torch.Tensor
+) -> dict[str, float]:
+    """Mean and max of |sampler log-prob - trainer log-prob| over response tokens.
+
+    The importance ratio uses the trainer's recomputation; a rollout engine whose numbers differ
+    (another kernel, dtype or weight copy) samples from a slightly different policy, a silent
+    off-policy bias. Near 0 for the torch engine; for vLLM it measures that gap.
+    """
+    valid = mask > 0
+    if not bool(valid.any()):
+        return {M.TRAIN_ROLLOUT_LOGPROB_DIFF_MEAN: 0.0, M.TRAIN_ROLLOUT_LOGPROB_DIFF_MAX: 0.0}
+    diff = (rollout_lp.float() - trainer_lp.float()).abs()[valid]
+    return {
+        M.TRAIN_ROLLOUT_LOGPROB_DIFF_MEAN: float(diff.mean()),
+        M.TRAIN_ROLLOUT_LOGPROB_DIFF_MAX: float(diff.max()),
+    }
+
+
 @dataclass
 class _Batch:
     rollout: Rollout
@@ -174,6 +236,7 @@ class RLTrainer:
         critic_base: torch.nn.Module | None = None,
         on_progress: Callable[[float, dict[str, float]], None] | None = None,
         on_eval: Callable[[float, EvalResult], None] | None = None,
+        checkpointer: Checkpointer | None = None,
     ) -> None:
         self.alg, self.policy, self.tok, self.task = algorithm, policy, tokenizer, task
         self.budget, self.cfg, self.seed = budget, config, seed
@@ -218,6 +281,7 @@ class RLTrainer:
         self._eval_idx = 0
         self.evals: list[tuple[float, EvalResult]] = []
         self._step_cost = 0.0
+        self.checkpointer = checkpointer
 
     # ------------------------------------------------------------------ budget
 
@@ -240,7 +304,10 @@ class RLTrainer:
         """Train until the budget is spent; returns (budget fraction, eval) pairs."""
         self.meter.memory.start()
         try:
-            self._maybe_eval(force_first=True)
+            state = self.checkpointer.load() if self.checkpointer is not None else None
+            if state is not None:
+                self.checkpointer.restore(self, state)
+            self._maybe_eval(force_first=True)  # a no-op after a restore (evals restored too)
             while self._fits():
                 before = self.budget.spent(self.meter)
                 stats = self._train_step()
@@ -248,6 +315,8 @@ class RLTrainer:
                 self.step += 1
                 self._log(stats)
                 self._maybe_eval()
+                if self.checkpointer is not None:
+                    self.checkpointer.after_step(self)
             skipped = self.budget.eval_fractions[self._eval_idx : -1]
             if skipped:
                 log.warning(
@@ -331,6 +400,9 @@ class RLTrainer:
                 greedy=False,
                 seed=self.seed,
                 batch_size=cfg.eval_batch_size,
+                # The torch engine is rebuilt there at eval_batch_size (as before); others are
+                # reused, e.g. vLLM's one engine with the current weights.
+                engine=None if isinstance(self.engine, TorchEngine) else self.engine,
             )
         tag = "final" if fraction >= 1.0 else f"f{fraction:g}"
         log_results(
@@ -535,6 +607,7 @@ class RLTrainer:
                         buckets=cfg.length_buckets,
                     )
                 self.meter.add_flops("logprob", self._seq_flops(self.fm, ro))
+                stats.update(rollout_logprob_mismatch(ro.log_probs, old_lp, mask))
             ref_lp = None
             if self.reference is not None:
                 with self.meter.phase("reference"):
@@ -563,6 +636,8 @@ class RLTrainer:
             token_kl=token_kl,
         )
         stats.update(self._update(batch, old_lp, ref_lp, adv, returns, values))
+        with self.meter.phase("rollout"):
+            self.engine.sync_weights()  # the next rollout samples from the updated policy
         return stats
 
     def _on_policy(self) -> bool:
@@ -635,6 +710,10 @@ class RLTrainer:
                     loss, pm = alg.policy_loss(
                         lp, old, adv[idx], m, None if ref_lp is None else ref_lp[idx]
                     )
+                    if old_lp is None:  # on-policy: this forward is the trainer's log-prob pass
+                        pm.update(rollout_logprob_mismatch(sub.log_probs, old, m))
+                    if faults.active("nan_loss", alg.name, self.step):  # tests only
+                        loss = loss * float("nan")
                     if torch.isfinite(loss):
                         self.opt.zero_grad(set_to_none=True)
                         loss.backward()

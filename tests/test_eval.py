@@ -240,7 +240,7 @@ def no_hub(monkeypatch):
         (["tasks=[arith]", "temperature=0"], ["temperature", "greedy"]),
         (["tasks=[arith]", "top_p=1.5"], ["top_p"]),
         (["tasks=[arith]", "template=nosuch"], ["template", "plain"]),
-        (["tasks=[arith]", "engine=vllm"], ["engine", "lm_eval"]),
+        (["tasks=[arith]", "engine=sglang"], ["engine", "lm_eval"]),
         (["tasks=[gsm8k_train]", "engine=lm_eval"], ["tasks", "gsm8k_train", "lm-eval"]),
         (["tasks=[arith,arith]"], ["tasks", "twice"]),
         (["tasks=[math500]", "data_dir={empty}"], ["data_dir=", "math500/test.jsonl"]),

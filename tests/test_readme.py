@@ -20,7 +20,7 @@ def test_readme_example_is_examples_dr_grpo():
 def test_quickstart_targets_exist():
     makefile = (REPO / "Makefile").read_text()
     readme = (REPO / "README.md").read_text()
-    for target in ("run", "test"):
+    for target in ("run", "test", "install-vllm", "test-vllm"):
         assert f"make {target}" in readme
         assert re.search(rf"^{target}:", makefile, re.M)
     ci = (REPO / ".ci" / "run").read_text()

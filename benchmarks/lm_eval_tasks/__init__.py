@@ -121,8 +121,15 @@ def run_lm_eval(
     arith_horizon: int = 2,
     grader_timeout_s: float = 3.0,
     grader_workers: int = 2,
+    backend: str = "hf",
+    model_path: str | None = None,
+    vllm_settings: Any = None,
 ) -> dict[str, Any]:
     """Evaluate an in-memory HF model through ``lm_eval.simple_evaluate`` on the sppo tasks.
+
+    ``backend="vllm"`` runs lm-eval's own vLLM backend instead, which loads the checkpoint at
+    ``model_path`` itself (``model`` is then unused and may be ``None``); ``vllm_settings`` (a
+    :class:`benchmarks.vllm_engine.VllmSettings`) says how vLLM is started.
 
     Arguments are those of :func:`benchmarks.evaluate.evaluate_model`; the result has the same
     shape (``{task: TaskEval}``), its ``reported`` field holding lm-eval's own aggregates. The
@@ -170,15 +177,24 @@ def run_lm_eval(
         for p in et.problems
     )
     budget = max(et.max_new_tokens for et in built)
-    lm = HFLM(
-        pretrained=model,
-        tokenizer=tokenizer,
-        batch_size=batch_size,
-        # Room for the longest prompt: lm-eval would otherwise cut prompts from the left to the
-        # model's context (the native engine never does).
-        max_length=longest + budget + 16,
-        add_bos_token=False,  # the native engine encodes prompts without special tokens
-    )
+    if backend == "vllm":
+        from benchmarks.vllm_engine import lm_eval_vllm
+
+        if model_path is None:
+            raise ValueError("run_lm_eval: backend='vllm' needs model_path (lm-eval loads it)")
+        lm = lm_eval_vllm(model_path, settings=vllm_settings, batch_size=batch_size, seed=seed)
+    elif backend == "hf":
+        lm = HFLM(
+            pretrained=model,
+            tokenizer=tokenizer,
+            batch_size=batch_size,
+            # Room for the longest prompt: lm-eval would otherwise cut prompts from the left to
+            # the model's context (the native engine never does).
+            max_length=longest + budget + 16,
+            add_bos_token=False,  # the native engine encodes prompts without special tokens
+        )
+    else:
+        raise ValueError(f"backend={backend!r}: allowed: hf, vllm")
     out: dict[str, Any] = {}
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="sppo_lm_eval_") as tmp:

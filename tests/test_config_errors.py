@@ -1,0 +1,80 @@
+"""30 malformed configs, each failing ``sppo-bench run`` with exit status 2 before any compute,
+with a message that names the field, the value and what is allowed."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.cli import main as cli_main
+
+# (overrides, fragments the error message must contain)
+CASES = [
+    (["algorithm=[nope]"], ["algorithm=nope", "available in 'algorithm'", "'sppo'"]),
+    (["algorithm=[]"], ["algorithm: select at least one", "registered:", "'grpo'"]),
+    (["algorithm.grpo.params.nope=1"], ["algorithm.grpo.params", "nope", "valid fields:"]),
+    (["algorithm=[grpo]", "algorithm.grpo.params.group_size=1"], ["group_size=1", ">= 2"]),
+    (["algorithm=[dapo]", "algorithm.dapo.params.group_size=1"], ["group_size=1", ">= 2"]),
+    (
+        ["algorithm=[grpo]", "algorithm.grpo.critic_lr=1e-5"],
+        ["algorithm.grpo.critic_lr=1e-05", "trains no critic", "null"],
+    ),
+    (
+        ["algorithm=[ppo]", "algorithm.ppo.params.gae_lambda=2"],
+        ["gae_lambda", "valid fields:", "lam"],
+    ),
+    (["algorithm=[grpo]", "algorithm.grpo.actor_lr=-1"], ["actor_lr=-1.0", "> 0"]),
+    (["algorithm=[sppo]", "algorithm.sppo.critic_lr=0"], ["critic_lr=0.0", "> 0 or null"]),
+    (["budget.limit=-5"], ["budget.limit=-5.0", "> 0"]),
+    (["budget.limit=0"], ["budget.limit=0.0", "> 0"]),
+    (["budget.kind=gpu_hours"], ["budget.kind='gpu_hours'", "'samples'", "'flops'"]),
+    (["budget=gpu_hours"], ["budget=gpu_hours", "available in 'budget'", "'wall_s'"]),
+    (
+        ["budget.eval_fractions=[0.5,0.2]"],
+        ["budget.eval_fractions=[0.5, 0.2]", "increasing", "[0, 1]"],
+    ),
+    (["budget.eval_fractions=[0.0,1.5]"], ["budget.eval_fractions=[0.0, 1.5]", "[0, 1]"]),
+    (["seeds=0"], ["seeds=0", ">= 1"]),
+    (["threads=0"], ["threads=0", ">= 1"]),
+    (["trainer.samples_per_step=0"], ["trainer.samples_per_step=0", ">= 1"]),
+    (
+        ["algorithm=[grpo]", "trainer.samples_per_step=30"],
+        ["trainer.samples_per_step=30", "multiple", "(8)"],
+    ),
+    (["trainer.mini_batches=3"], ["trainer.mini_batches=3", "must divide", "samples_per_step=64"]),
+    (["trainer.temperature=-1"], ["trainer.temperature=-1", "[0, 10]"]),
+    (["trainer.top_p=0"], ["trainer.top_p=0", "(0, 1]"]),
+    (["trainer.grad_clip=-1"], ["trainer.grad_clip=-1", "> 0"]),
+    (["trainer.max_consecutive_skips=0"], ["trainer.max_consecutive_skips=0", ">= 1"]),
+    (["trainer.checkpoint_every=-1"], ["trainer.checkpoint_every=-1", ">= 0"]),
+    (["trainer.nope=1"], ["trainer.nope=1", "unknown key 'nope'", "'samples_per_step'"]),
+    (["task.horizon=13"], ["task.horizon=13", "[1, 12]"]),
+    (["task=gsm8k"], ["task=gsm8k", "only speaks `arith`", "model.name_or_path"]),
+    (
+        ["task=gsm8k", "model=hf", "model.name_or_path=x", "task.data_dir=/nonexistent/data"],
+        ["dataset 'gsm8k_train'", "/nonexistent/data/gsm8k/train.jsonl", "task.data_dir=DIR"],
+    ),
+    (["engine.name=vllm"], ["engine.name='vllm'", "['torch', 'verl']"]),
+    (["resume=sometimes"], ["resume='sometimes'", "['never', 'auto']"]),
+    (["plugins=[no_such_module]"], ["plugins", "'no_such_module'"]),
+]
+
+
+@pytest.mark.parametrize(("overrides", "fragments"), CASES, ids=[" ".join(c[0]) for c in CASES])
+def test_malformed_config_fails_before_compute(overrides, fragments, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a missing data file must not try the hub (as CI)
+    store = [
+        f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+        f"output_dir={tmp_path / 'out'}",
+        f"cache_dir={tmp_path / 'cache'}",
+    ]
+    assert cli_main(["run", *store, *overrides]) == 2
+    err = capsys.readouterr().err
+    assert "sppo-bench: configuration error: " in err
+    for fragment in fragments:
+        assert fragment in err, f"{fragment!r} not in {err!r}"
+    assert not (tmp_path / "mlflow.db").exists()  # nothing started: no store, no warm start
+    assert not (tmp_path / "cache").exists()
+
+
+def test_thirty_or_more_cases():
+    assert len(CASES) >= 30
