@@ -115,8 +115,9 @@ def test_metrics_wait_out_a_held_lock(tmp_path):
         tracker.log_metrics({"m": 1.0}, step=0)
         timer = _hold_lock(db, 2.0)
         t0 = time.monotonic()
-        tracker.log_metrics({"m": 2.0}, step=1)
-        assert time.monotonic() - t0 >= 1.5  # it really waited for the lock
+        tracker.log_metrics({"m": 2.0}, step=1)  # queued: MLflow writes metrics asynchronously
+        tracker.flush()
+        assert time.monotonic() - t0 >= 1.5  # the write really waited for the lock
         timer.join()
     hist = client.get_metric_history(tracker.run_id, "m")
     assert sorted((m.step, m.value) for m in hist) == [(0, 1.0), (1, 2.0)]
