@@ -567,10 +567,6 @@ TRAINER_PROBE = textwrap.dedent(
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    importlib.util.find_spec("transfer_queue") is None,
-    reason="verl's v1 trainer needs TransferQueue (verl[vllm] / verl-core extra)",
-)
 def test_sppo_trainer_advantage_step_on_a_real_transfer_queue():
     """The plugin trainer's advantage step through verl's TransferQueue (a local Ray cluster):
     per-response advantages R - sigmoid(v at the last prompt token) and returns R."""
