@@ -39,12 +39,13 @@ import math
 import multiprocessing as mp
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
+from benchmarks.tracking import retry_locked
 from sweeps.spec import SAMPLERS, SpecError, SweepSpec, check_spec, trial_overrides
 
 __all__ = [
@@ -70,7 +71,6 @@ TAG_TRIAL = "trial_number"
 TAG_TRIAL_STATE = "trial_state"
 _ATTR_PARENT = "mlflow_parent_run_id"
 _ATTR_ERROR = "error"
-_T = TypeVar("_T")
 
 
 class TrialFailed(RuntimeError):
@@ -91,7 +91,9 @@ def make_storage(url: str) -> Any:
             Path(url[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
             # Several workers write to one file: wait for the lock instead of failing at once.
             kwargs = {"connect_args": {"timeout": 60}}
-        return _retry(lambda: optuna.storages.RDBStorage(url, engine_kwargs=kwargs), "open storage")
+        return retry_locked(
+            lambda: optuna.storages.RDBStorage(url, engine_kwargs=kwargs), "open storage"
+        )
     from optuna.storages.journal import JournalFileBackend
 
     path = Path(url.removeprefix("journal:"))
@@ -116,23 +118,6 @@ def make_pruner(spec: SweepSpec) -> Any:
         return optuna.pruners.NopPruner()
     cls = optuna.pruners.MedianPruner if kind == "median" else optuna.pruners.HyperbandPruner
     return cls(**spec.pruner.kwargs)
-
-
-def _locked(e: BaseException) -> bool:
-    return "database is locked" in str(e) or "database table is locked" in str(e)
-
-
-def _retry(fn: Callable[[], _T], what: str, attempts: int = 6) -> _T:
-    """Retry ``fn`` while SQLite reports a lock (beyond its busy timeout), with backoff."""
-    for i in range(attempts):
-        try:
-            return fn()
-        except Exception as e:
-            if not _locked(e) or i == attempts - 1:
-                raise
-            log.warning("%s: database is locked, retrying (%d/%d)", what, i + 1, attempts - 1)
-            time.sleep(0.5 * 2**i)
-    raise AssertionError("unreachable")
 
 
 # --------------------------------------------------------------------------- objective
@@ -311,7 +296,7 @@ def _run_trial(ctx: _Context, study_name: str, algorithm: str | None, seed: int)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     t0 = time.perf_counter()
     storage = make_storage(ctx.storage)
-    study = _retry(
+    study = retry_locked(
         lambda: optuna.load_study(
             study_name=study_name,
             storage=storage,
