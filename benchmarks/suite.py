@@ -155,6 +155,12 @@ def validate(cfg: Any) -> _Plan:
         raise ConfigError(f"engine.name={cfg.engine.name!r}: allowed ['torch', 'verl']")
     if int(cfg.threads) < 1:
         raise ConfigError(f"threads={cfg.threads} must be >= 1")
+    from benchmarks.workers import resolve_jobs
+
+    try:
+        resolve_jobs(cfg.get("jobs", 1), 1)
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
     if int(cfg.seeds) < 1:
         raise ConfigError(f"seeds={cfg.seeds} must be >= 1")
     seeds = [int(cfg.seed) + i for i in range(int(cfg.seeds))]
@@ -332,19 +338,35 @@ def run_suite(
         if previous is not None:
             ctx.previous = ckpt.child_runs(client, exp_id, previous.info.run_id)
         try:
-            for seed in plan.seeds:
-                done = [_finished(ctx, n, seed) for n in plan.algorithms]
-                if all(done):  # resume=auto: nothing left for this seed, no warm start needed
-                    result.runs += done  # type: ignore[arg-type]
-                    continue
-                if real_model:
-                    start, ws_info = base_model, {"steps": 0, "val_accuracy": float("nan")}
-                else:
-                    start, ws_info = _load_start_model(cfg, seed, task, tokenizer)
-                result.warmstart[str(seed)] = ws_info
-                start.to(device)
-                for name, alg in plan.algorithms.items():
-                    result.runs.append(_run_one(ctx, result.parent_run_id, name, alg, seed, start))
+            jobs = _jobs(cfg, plan, on_eval)
+            if jobs > 1:
+                shared = {
+                    "uri": uri,
+                    "exp_id": exp_id,
+                    "tags": tags,
+                    "out_dir": out_dir,
+                    "config_hash": chash,
+                    "checkpoints": ctx.checkpoints,
+                    "previous_parent": None if previous is None else previous.info.run_id,
+                    "parent_id": result.parent_run_id,
+                }
+                result.runs = _run_in_workers(ctx, result, jobs, shared)
+            else:
+                for seed in plan.seeds:
+                    done = [_finished(ctx, n, seed) for n in plan.algorithms]
+                    if all(done):  # resume=auto: nothing left for this seed, no warm start needed
+                        result.runs += done  # type: ignore[arg-type]
+                        continue
+                    if real_model:
+                        start, ws_info = base_model, {"steps": 0, "val_accuracy": float("nan")}
+                    else:
+                        start, ws_info = _load_start_model(cfg, seed, task, tokenizer)
+                    result.warmstart[str(seed)] = ws_info
+                    start.to(device)
+                    for name, alg in plan.algorithms.items():
+                        result.runs.append(
+                            _run_one(ctx, result.parent_run_id, name, alg, seed, start)
+                        )
         finally:
             task.close()
         result.wall_s = time.perf_counter() - t0
@@ -353,6 +375,56 @@ def run_suite(
             parent.log_metrics({"suite/wall_s": result.wall_s, "suite/failed_runs": failed}, step=0)
             _finish(result, cfg, parent)
     return result
+
+
+def _jobs(cfg: Any, plan: _Plan, on_eval: Callable | None) -> int:
+    """Worker processes for this suite (``jobs``); 1 where the runs must share this process."""
+    from benchmarks.workers import parallel_blocker, resolve_jobs
+
+    jobs = resolve_jobs(cfg.get("jobs", 1), len(plan.seeds) * len(plan.algorithms))
+    if jobs > 1:
+        why = parallel_blocker(cfg, plan.algorithms, on_eval=on_eval is not None)
+        if why is not None:
+            log.info("jobs=%s: running in one process: %s", cfg.get("jobs"), why)
+            return 1
+    return jobs
+
+
+def _run_in_workers(ctx: _Ctx, result: SuiteResult, jobs: int, shared: dict) -> list[RunSummary]:
+    """Every run not yet FINISHED, in ``jobs`` worker processes (``benchmarks/workers.py``);
+    the summaries in the one-process order (seed, then algorithm)."""
+    from benchmarks.workers import run_parallel
+
+    plan = ctx.plan
+    summaries: dict[tuple[str, int], RunSummary] = {}
+    work = []
+    for seed in plan.seeds:
+        todo = []
+        for name in plan.algorithms:
+            done = _finished(ctx, name, seed)
+            if done is not None:
+                summaries[(name, seed)] = done
+            else:
+                todo.append(name)
+        if todo:
+            work.append((seed, todo))
+
+    def on_warm_start(seed: int, info: dict) -> None:
+        result.warmstart[str(seed)] = info
+
+    if work:
+        summaries.update(
+            run_parallel(
+                jobs=min(jobs, sum(len(t) for _, t in work)),
+                resolved=ctx.resolved,
+                algorithms=plan.algorithms,
+                work=work,
+                shared=shared,
+                bar=ctx.bar,
+                on_warm_start=on_warm_start,
+            )
+        )
+    return [summaries[(n, s)] for s in plan.seeds for n in plan.algorithms]
 
 
 def _finished(ctx: _Ctx, name: str, seed: int) -> RunSummary | None:

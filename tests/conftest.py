@@ -8,6 +8,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+#: Suites in tests run in one process unless a test sets ``jobs`` (tests/test_workers.py): a
+#: spawned worker costs seconds of imports, more than a micro suite's runs.
+os.environ.setdefault("SPPO_BENCH_JOBS", "1")
 #: Real benchmark data (read-only) beside the repository, as CI lays it out.
 DATA_DIR = Path(os.environ.get("SPPO_BENCH_DATA", REPO.parent / "shared" / "data"))
 

@@ -1,0 +1,231 @@
+"""A suite's runs spread over worker processes, one torch thread each (``jobs``).
+
+On the CPU the tiny model's matmuls gain little from a second intra-op thread, but independent
+runs use a second core fully: with ``jobs=2`` on a 2-core laptop the default suite takes a little
+over half its one-process time. Every run is a pure function of its config and seed (the trainer
+seeds torch's global generator itself, and the warm start is read from its cache), so a run's
+numbers do not depend on which process ran it or in which order (``tests/test_workers.py``).
+
+The parent schedules two kinds of task: a seed's warm start, then, once it is cached, that seed's
+runs. Warm starts are queued first, so while one seed's runs train the next seed's warm start is
+already being built. Workers are spawned (never forked: the parent holds MLflow's SQLite
+connections and logging threads), and send their progress-bar updates and log records back
+through one queue, which the parent renders.
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import multiprocessing as mp
+import os
+import pickle
+import queue as queue_mod
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from typing import Any
+
+__all__ = ["parallel_blocker", "resolve_jobs", "run_parallel"]
+
+log = logging.getLogger(__name__)
+
+#: Per-worker state set by :func:`_init_worker`.
+_W: dict[str, Any] = {}
+
+
+def usable_cpus() -> int:
+    """Cores this process may run on (its affinity mask, not the machine's total)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def resolve_jobs(value: Any, tasks: int) -> int:
+    """``jobs`` as a number of processes: ``auto`` is one per usable core, never more than there
+    are runs. Raises ValueError naming the field for anything else than ``auto`` or an int >= 1."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return max(1, min(usable_cpus(), tasks))
+    if isinstance(value, bool):
+        n = None
+    else:
+        try:
+            n = int(value)
+        except (TypeError, ValueError):
+            n = None
+    if n is None or n < 1 or str(value).strip() != str(n):
+        raise ValueError(f"jobs={value!r}: allowed 'auto' or an integer >= 1")
+    return max(1, min(n, tasks))
+
+
+def parallel_blocker(cfg: Any, algorithms: dict[str, Any], *, on_eval: bool) -> str | None:
+    """Why this suite must run in one process, or None when workers can run it."""
+    if on_eval:
+        return "an on_eval callback (a sweep trial) is called in this process"
+    if cfg.model.name_or_path is not None:
+        return "a real checkpoint is loaded once and shared"
+    if str(cfg.engine.device) != "cpu":
+        return f"engine.device={cfg.engine.device} (one accelerator)"
+    if str(cfg.engine.get("rollout", "torch")) != "torch":
+        return f"engine.rollout={cfg.engine.rollout}"
+    for name, alg in algorithms.items():
+        module = type(alg).__module__
+        if module == "__main__":
+            return f"algorithm {name!r} is defined in __main__, which a worker cannot import"
+        try:
+            pickle.dumps(alg)
+        except Exception as e:  # a local class, a lambda in its config, ...
+            return f"algorithm {name!r} cannot be sent to a worker ({type(e).__name__}: {e})"
+    return None
+
+
+# ----------------------------------------------------------------------------- worker side
+
+
+class _QueueBar:
+    """The progress bar interface ``_run_one`` uses, forwarded to the parent's real bar."""
+
+    def __init__(self, q: Any) -> None:
+        self.q = q
+
+    def add_task(self, description: str, **fields: Any) -> str:
+        self.q.put(("add", description, fields))
+        return description
+
+    def update(self, task_id: str, **fields: Any) -> None:
+        self.q.put(("update", task_id, fields))
+
+
+def _init_worker(resolved: dict, level: int, q: Any, algorithms: dict[str, Any]) -> None:
+    from omegaconf import OmegaConf
+
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no bars behind the parent's
+    root = logging.getLogger()
+    root.handlers[:] = [logging.handlers.QueueHandler(q)]
+    root.setLevel(level)
+    for noisy in ("alembic", "mlflow", "httpx", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    import torch
+
+    from benchmarks.suite import validate
+
+    cfg = OmegaConf.create(resolved)
+    torch.set_num_threads(int(cfg.threads))
+    plan = validate(cfg)  # imports the plugins and builds the task, as in the parent
+    plan.algorithms = dict(algorithms)  # the parent's instances (their modules are imported)
+    _W.update(cfg=cfg, plan=plan, q=q, resolved=resolved)
+
+
+def _tokenizer() -> Any:
+    from benchmarks.modeling import build_char_tokenizer
+    from benchmarks.tasks import ArithTask
+
+    if "tok" not in _W:
+        _W["tok"] = build_char_tokenizer(ArithTask.alphabet)
+    return _W["tok"]
+
+
+def _warm_start(seed: int) -> dict:
+    from benchmarks.suite import _load_start_model
+
+    _, info = _load_start_model(_W["cfg"], seed, _W["plan"].task, _tokenizer())
+    return info
+
+
+def _run(name: str, seed: int, shared: dict) -> Any:
+    from mlflow.tracking import MlflowClient
+
+    from benchmarks import checkpoint as ckpt
+    from benchmarks.suite import _Ctx, _load_start_model, _run_one
+
+    cfg, plan = _W["cfg"], _W["plan"]
+    start, _ = _load_start_model(cfg, seed, plan.task, _tokenizer())  # cached by now
+    client = MlflowClient(shared["uri"])
+    ctx = _Ctx(
+        cfg,
+        plan,
+        client,
+        shared["exp_id"],
+        shared["tags"],
+        _W["resolved"],
+        plan.task,
+        _tokenizer(),
+        _QueueBar(_W["q"]),
+        None,
+        out_dir=shared["out_dir"],
+        config_hash=shared["config_hash"],
+        checkpoints=shared["checkpoints"],
+    )
+    if shared["previous_parent"] is not None:
+        ctx.previous = ckpt.child_runs(client, shared["exp_id"], shared["previous_parent"])
+    return _run_one(ctx, shared["parent_id"], name, plan.algorithms[name], seed, start)
+
+
+# ----------------------------------------------------------------------------- parent side
+
+
+def _drain(q: Any, bar: Any, bar_ids: dict[str, Any]) -> None:
+    """Render what the workers sent: progress updates on the parent's bar, log records through
+    the parent's handlers."""
+    while True:
+        try:
+            item = q.get_nowait()
+        except queue_mod.Empty:
+            return
+        if isinstance(item, logging.LogRecord):
+            logging.getLogger(item.name).handle(item)
+        elif item[0] == "add":
+            bar_ids[item[1]] = bar.add_task(item[1], **item[2])
+        elif item[1] in bar_ids:
+            bar.update(bar_ids[item[1]], **item[2])
+
+
+def run_parallel(
+    *,
+    jobs: int,
+    resolved: dict,
+    algorithms: dict[str, Any],
+    work: list[tuple[int, list[str]]],
+    shared: dict,
+    bar: Any,
+    on_warm_start: Callable[[int, dict], None],
+) -> dict[tuple[str, int], Any]:
+    """Run ``work`` (per seed, the algorithms still to run) in ``jobs`` spawned processes.
+
+    Returns the run summaries by (algorithm, seed). An exception a run raises past its own
+    handling (``_run_one`` records failed runs) ends the suite, as it would in one process.
+    """
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    bar_ids: dict[str, Any] = {}
+    level = logging.getLogger().getEffectiveLevel()
+    out: dict[tuple[str, int], Any] = {}
+    log.info("running %d seeds' runs in %d worker processes", len(work), jobs)
+    with ProcessPoolExecutor(
+        max_workers=jobs,
+        mp_context=ctx,
+        initializer=_init_worker,
+        initargs=(resolved, level, q, algorithms),
+    ) as pool:
+        pending: dict[Future, tuple[str, int, list[str] | str]] = {}
+        for seed, names in work:  # warm starts first: the next seed's is built meanwhile
+            pending[pool.submit(_warm_start, seed)] = ("warm start", seed, names)
+        try:
+            while pending:
+                done, _ = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                _drain(q, bar, bar_ids)
+                for fut in done:
+                    kind, seed, what = pending.pop(fut)
+                    if kind == "warm start":
+                        on_warm_start(seed, fut.result())
+                        for name in what:
+                            pending[pool.submit(_run, name, seed, shared)] = ("run", seed, name)
+                    else:
+                        out[(str(what), seed)] = fut.result()
+        except BaseException:
+            for fut in pending:
+                fut.cancel()
+            raise
+        finally:
+            _drain(q, bar, bar_ids)
+    return out

@@ -1,0 +1,91 @@
+"""A suite in worker processes (``jobs``) logs exactly what the one-process suite logs."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from conftest import MICRO
+from mlflow.tracking import MlflowClient
+
+from algorithms import ConfigError
+from benchmarks import metrics as M
+from benchmarks.cli import compose_config
+from benchmarks.suite import run_suite, validate
+from benchmarks.workers import parallel_blocker, resolve_jobs
+
+
+def _histories(result) -> dict[str, list[tuple[int, float]]]:
+    client = MlflowClient(result.tracking_uri)
+    out = {}
+    for r in result.runs:
+        run = client.get_run(r.run_id)
+        assert run.data.tags["mlflow.parentRunId"] == result.parent_run_id
+        assert run.info.status == "FINISHED"
+        hist = client.get_metric_history(r.run_id, M.eval_metric("arith", "accuracy"))
+        out[r.algorithm] = sorted((m.step, m.value) for m in hist)
+    return out
+
+
+def test_two_workers_reproduce_the_one_process_suite(micro_suite, tmp_path, caplog):
+    """Same config, its own store and an empty warm-start cache: the warm start is trained in a
+    worker, the four runs are split over two processes, and every number matches."""
+    serial, _ = micro_suite
+    cfg = compose_config(
+        [
+            *MICRO,
+            "jobs=2",
+            f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+            f"cache_dir={tmp_path / 'cache'}",
+            f"output_dir={tmp_path / 'out'}",
+        ]
+    )
+    with caplog.at_level(logging.INFO):
+        par = run_suite(cfg, progress=False)
+    assert [(r.algorithm, r.seed) for r in par.runs] == [(r.algorithm, r.seed) for r in serial.runs]
+    for a, b in zip(par.runs, serial.runs, strict=True):
+        assert a.status == b.status == "FINISHED"
+        assert (a.steps, a.start_accuracy, a.final_accuracy) == (
+            b.steps,
+            b.start_accuracy,
+            b.final_accuracy,
+        )
+        for key in (M.COMPUTE_ROLLOUT_SAMPLES, M.COMPUTE_ROLLOUT_TOKENS, M.COMPUTE_FLOPS):
+            assert a.metrics[key] == b.metrics[key], key
+    assert par.warmstart["0"]["val_accuracy"] == serial.warmstart["0"]["val_accuracy"]
+    assert par.warmstart["0"]["cached"] is False  # trained in a worker, not read from a cache
+    assert _histories(par) == _histories(serial)
+    assert par.plot is not None and par.plot.exists()
+    # the workers' log records reach this process's handlers
+    worker_records = [r for r in caplog.records if r.processName != "MainProcess"]
+    assert any(r.name == "benchmarks.warmstart" for r in worker_records)
+
+
+def test_jobs_field_is_validated():
+    for bad in ("0", "two", "-1", "1.5"):
+        cfg = compose_config([*MICRO, f"jobs={bad}"])
+        with pytest.raises(ConfigError, match=r"jobs=.*allowed 'auto' or an integer >= 1"):
+            validate(cfg)
+    assert resolve_jobs("auto", 1) == 1
+    assert 1 <= resolve_jobs("auto", 64) <= 64
+    assert resolve_jobs(8, 3) == 3  # never more processes than runs
+    assert resolve_jobs("2", 12) == 2
+
+
+def test_what_keeps_a_suite_in_one_process():
+    cfg = compose_config(MICRO)
+    algs = validate(cfg).algorithms
+    assert parallel_blocker(cfg, algs, on_eval=False) is None
+    assert "sweep" in parallel_blocker(cfg, algs, on_eval=True)
+    real = compose_config([*MICRO, "model=hf", "model.name_or_path=some/model"])
+    assert "checkpoint" in parallel_blocker(real, algs, on_eval=False)
+    gpu = compose_config([*MICRO, "engine.device=cuda"])
+    assert "engine.device" in parallel_blocker(gpu, algs, on_eval=False)
+
+    class Local(type(algs["grpo"])):  # a class a spawned worker cannot import
+        pass
+
+    local = Local.__new__(Local)
+    local.__dict__.update(algs["grpo"].__dict__)
+    why = parallel_blocker(cfg, {**algs, "local": local}, on_eval=False)
+    assert why is not None and "local" in why
