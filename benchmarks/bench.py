@@ -598,6 +598,59 @@ class _TrlStepper:
         self._thread.join(timeout=60)
 
 
+_MATMULS = ("aten::mm", "aten::addmm", "aten::bmm")
+
+
+def _matmul_calls(fn: Callable[[], Any]) -> list[tuple[str, list]]:
+    """Every matmul ``fn`` runs (forward and backward), with its input shapes, read off torch's
+    profiler."""
+    from torch.profiler import profile
+
+    with profile(record_shapes=True) as prof:
+        fn()
+    return [(e.name, e.input_shapes) for e in prof.events() if e.name in _MATMULS]
+
+
+class _MatmulReplay:
+    """The matmuls of one step alone, at their shapes, on fresh contiguous data: what the step
+    would take if every other op (attention softmax, norms, SiLU, sampling, the optimizer,
+    Python) were free. Its FLOPs over its time bounds the step's FLOP utilisation from above."""
+
+    def __init__(self, calls: list[tuple[str, list]]) -> None:
+        g = torch.Generator().manual_seed(0)
+        cache: dict[tuple, torch.Tensor] = {}
+
+        def t(shape: list[int]) -> torch.Tensor:
+            key = tuple(shape)
+            if key not in cache:
+                cache[key] = torch.randn(*shape, generator=g)
+            return cache[key]
+
+        self.ops: list[tuple[Callable, tuple]] = []
+        self.flops = 0.0
+        for name, shapes in calls:
+            if name == "aten::addmm":
+                bias, a, b = shapes[:3]
+                self.ops.append((torch.addmm, (t(bias), t(a), t(b))))
+                self.flops += 2.0 * a[0] * a[1] * b[1]
+            elif name == "aten::mm":
+                a, b = shapes[:2]
+                self.ops.append((torch.mm, (t(a), t(b))))
+                self.flops += 2.0 * a[0] * a[1] * b[1]
+            else:
+                a, b = shapes[:2]
+                self.ops.append((torch.bmm, (t(a), t(b))))
+                self.flops += 2.0 * a[0] * a[1] * a[2] * b[2]
+
+    def __call__(self) -> float:
+        """Seconds for one pass over the step's matmuls."""
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            for op, args in self.ops:
+                op(*args)
+        return time.perf_counter() - t0
+
+
 def bench_step(res: _Results, ctx: _Ctx, s: BenchSettings, probe: _Probe, tracker) -> dict:  # noqa: ANN001
     steppers: list = [_OurStepper(ctx, s, tracker)]
     if s.trl:
@@ -608,6 +661,10 @@ def bench_step(res: _Results, ctx: _Ctx, s: BenchSettings, probe: _Probe, tracke
     ours = steppers[0]
     log_times = []
     try:
+        ours.step()  # warm-up, then one step with the profiler on for its matmul shapes
+        replay = _MatmulReplay(_matmul_calls(ours.step))
+        replay()
+        res.meta["step_matmul_flops"] = replay.flops
         for r in range(s.warmup + s.repeats):
             per_round = {}
             ceiling = probe() if r >= s.warmup else 0.0
@@ -629,6 +686,27 @@ def bench_step(res: _Results, ctx: _Ctx, s: BenchSettings, probe: _Probe, tracke
                 per_round[st.name] = out["samples"] / t
                 if st is ours:
                     log_times.append((ours.log_s, t))
+                    res.meta["step_analytic_flops"] = out["flops"]
+                    mm_s = replay()
+                    name = "sppo-bench matmuls only"
+                    res.add("step", name, "GFLOP/s", "GFLOP/s", replay.flops / mm_s / 1e9)
+                    res.add(
+                        "step",
+                        name,
+                        "utilisation",
+                        "of ceiling",
+                        replay.flops / mm_s / 1e9 / ceiling,
+                    )
+                    res.add("step", name, "step s", "s", mm_s)
+                    # the step's analytic FLOPs over its matmuls' time: its utilisation if all
+                    # else were free, the most any engine built on these GEMMs could show
+                    res.add(
+                        "ratio",
+                        "step utilisation bound (matmuls only)",
+                        "of ceiling",
+                        "of ceiling",
+                        out["flops"] / mm_s / 1e9 / ceiling,
+                    )
             if per_round and s.trl:
                 res.add(
                     "ratio",

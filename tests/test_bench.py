@@ -36,8 +36,13 @@ def test_quick_bench_writes_a_complete_table(tmp_path, capsys):
         for metric in ("samples/s", "step s", "utilisation", "phase rollout"):
             assert rows[("step", name, metric)]["median"] > 0
     ratios = [r for r in result["rows"] if r["section"] == "ratio"]
-    # rollout (engine and its GEMM-only bound vs HF) at two batch sizes, step vs TRL (2 ways)
-    assert len(ratios) == 6
+    # rollout (engine and its GEMM-only bound vs HF) at two batch sizes, step vs TRL (2 ways),
+    # the step's utilisation bound from its matmuls alone
+    assert len(ratios) == 7
+    bound = rows[("ratio", "step utilisation bound (matmuls only)", "of ceiling")]["median"]
+    assert bound > rows[("step", "sppo-bench", "utilisation")]["median"]
+    # the replay holds the backward's matmuls too: about 3x the forward's, as the analytic count
+    assert 0.5 < result["meta"]["step_matmul_flops"] / result["meta"]["step_analytic_flops"] < 2
     for r in ratios + [t for t in result["rows"] if t["section"] == "memory"]:
         assert math.isfinite(r["median"]) and r["median"] > 0, r
     assert {t["target"] for t in result["targets"]} == {
