@@ -96,8 +96,26 @@ class _QueueBar:
         self.q.put(("update", task_id, fields))
 
 
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this worker when the suite's process dies. A suite killed with ``kill -9``
+    must not leave workers writing its runs while ``resume=auto`` continues them elsewhere."""
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the parent's exit still ends the pool
+        return
+    parent = mp.parent_process()
+    if parent is not None and os.getppid() != parent.pid:  # it died before the call above
+        os._exit(1)
+
+
 def _init_worker(resolved: dict, level: int, q: Any, algorithms: dict[str, Any]) -> None:
     from omegaconf import OmegaConf
+
+    _die_with_parent()
 
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no bars behind the parent's
     root = logging.getLogger()

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import logging
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
 
 import pytest
-from conftest import MICRO
+from conftest import MICRO, REPO
 from mlflow.tracking import MlflowClient
 
 from algorithms import ConfigError
@@ -89,3 +95,71 @@ def test_what_keeps_a_suite_in_one_process():
     local.__dict__.update(algs["grpo"].__dict__)
     why = parallel_blocker(cfg, {**algs, "local": local}, on_eval=False)
     assert why is not None and "local" in why
+
+
+def _children(pid: int) -> list[int]:
+    """Live child processes of ``pid``, read from /proc (Linux, as CI)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            out.append(int(stat.parent.name))
+    return out
+
+
+def test_killing_the_suite_kills_its_workers(tmp_path):
+    """``kill -9`` of a suite must not leave workers writing its runs (``resume=auto`` would
+    then continue runs that are still being written)."""
+    script = tmp_path / "suite.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import sys
+            sys.path.insert(0, {str(Path(__file__).parent)!r})
+            from conftest import MICRO
+            from benchmarks.cli import compose_config
+            from benchmarks.suite import run_suite
+
+            if __name__ == "__main__":
+                cfg = compose_config([*MICRO, "jobs=2", "tracking.uri=sqlite:///{tmp_path}/m.db",
+                                      "cache_dir={tmp_path}/cache", "output_dir={tmp_path}/out"])
+                run_suite(cfg, progress=False)
+            """
+        )
+    )
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=REPO)
+    try:
+        deadline = time.monotonic() + 120
+        workers: list[int] = []
+        while time.monotonic() < deadline and len(workers) < 2:
+            time.sleep(0.5)
+            workers = [p for p in _children(proc.pid) if "spawn_main" in _cmdline(p)]
+        assert len(workers) == 2, "the suite did not start its two workers"
+        time.sleep(3)  # let them get into their initialiser and tasks
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in workers):
+            time.sleep(0.2)
+        alive = [p for p in workers if Path(f"/proc/{p}/stat").exists() and not _zombie(p)]
+        assert alive == [], f"workers {alive} outlived the suite"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
