@@ -66,6 +66,18 @@ def supports(model) -> bool:  # noqa: ANN001 - HF causal LM
     )
 
 
+def _group_rows(key: torch.Tensor) -> tuple[list[int], list[int]]:
+    """Rows of ``key`` (rows, n) grouped by equality: the first row of each group, in order of
+    appearance, and each row's group. A dict over the rows' tuples: a few times cheaper than
+    ``torch.unique(dim=0)`` at a few hundred rows."""
+    slot: dict = {}
+    inv = [slot.setdefault(r, len(slot)) for r in map(tuple, key.tolist())]
+    first = [0] * len(slot)
+    for i in reversed(range(len(inv))):
+        first[inv[i]] = i
+    return first, inv
+
+
 class LlamaDecoder:
     """Prefill + static-cache decode over a HF ``LlamaForCausalLM``'s parameters."""
 
@@ -79,6 +91,16 @@ class LlamaDecoder:
         self.hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.nh
         self.eps = cfg.rms_norm_eps
         self.d = cfg.hidden_size
+        self._ws: torch.Tensor | None = None
+
+    def _workspace(self, numel: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        """A flat tensor of at least ``numel`` elements, kept between calls for the KV caches: a
+        fresh multi-MB tensor costs a page fault per 4 KB page at its first write, about as much
+        as writing it, at every call and every drop."""
+        ws = self._ws
+        if ws is None or ws.numel() < numel or ws.device != device or ws.dtype != dtype:
+            ws = self._ws = torch.empty(numel, device=device, dtype=dtype)
+        return ws
 
     def _weights(self) -> dict:
         """The model's weights rearranged for :meth:`_decode_block` (transposed, as ``torch.mm``'s
@@ -288,31 +310,32 @@ class LlamaDecoder:
         rot_t = self._rope(L, device)
         plen = prompt_mask.long().sum(-1)  # real prompt tokens per row
 
-        def new_caches(rows: int) -> list:
-            shape = (L, rows, self.nkv, self.hd)
-            return [
-                (
-                    torch.empty(shape, device=device, dtype=dtype),
-                    torch.empty(shape, device=device, dtype=dtype),
-                )
-                for _ in W["layers"]
-            ]
+        nl, per = len(W["layers"]), L * B * self.nkv * self.hd
+        # Two sets of caches in the persistent workspace: a drop copies from one to the other.
+        ws = self._workspace(2 * nl * 2 * per, device, dtype)[: 2 * nl * 2 * per]
+        ws = ws.view(2, nl, 2, per)
 
-        caches = new_caches(B)
+        def caches_in(s: int, rows: int) -> list:
+            shape, numel = (L, rows, self.nkv, self.hd), L * rows * self.nkv * self.hd
+            return [tuple(ws[s, i, j, :numel].view(shape) for j in range(2)) for i in range(nl)]
+
+        s = 0
+        caches = caches_in(s, B)
         # A prompt repeated n times (GRPO's group) is prefilled once and its keys/values copied
         # to its n rows.
-        uniq, inv = torch.unique(
-            torch.cat([prompt_ids, prompt_mask.long()], dim=-1), dim=0, return_inverse=True
-        )
-        if uniq.shape[0] < B:
-            n = uniq.shape[0]
+        first, inv = _group_rows(torch.cat([prompt_ids, prompt_mask.long()], dim=-1))
+        if len(first) < B:
+            n = len(first)
+            first = torch.tensor(first, device=device)
+            inv = torch.tensor(inv, device=device)
             pre = [
                 tuple(
                     torch.empty(P, n, self.nkv, self.hd, device=device, dtype=dtype) for _ in "kv"
                 )
                 for _ in W["layers"]
             ]
-            x = self._prefill(W, uniq[:, :P], uniq[:, P:].bool(), rot_t, pre)
+            pid, pmask = prompt_ids.index_select(0, first), prompt_mask.index_select(0, first)
+            x = self._prefill(W, pid, pmask.bool(), rot_t, pre)
             for (k, v), (kp, vp) in zip(caches, pre, strict=True):
                 torch.index_select(kp, 1, inv, out=k[:P])
                 torch.index_select(vp, 1, inv, out=v[:P])
@@ -369,7 +392,8 @@ class LlamaDecoder:
                     rots = rots.index_select(1, keep)
                     if key_bias is not None:
                         key_bias = key_bias.index_select(1, keep)
-                    fresh = new_caches(keep.numel())
+                    s = 1 - s
+                    fresh = caches_in(s, keep.numel())
                     for (k, v), (k2, v2) in zip(caches, fresh, strict=True):
                         torch.index_select(k[:at], 1, keep, out=k2[:at])
                         torch.index_select(v[:at], 1, keep, out=v2[:at])
