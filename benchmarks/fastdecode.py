@@ -6,15 +6,19 @@ concatenation, generic rotary and attention dispatch) costs several times the ma
 module runs the same model, from the same parameter tensors (read at every call, so the trainer's
 latest weights are always the ones sampled), with:
 
-- a static KV cache preallocated for prompt + response length (no per-token concatenation),
+- a static KV cache for prompt + response length (no per-token concatenation) in a workspace
+  kept between calls (a fresh multi-MB tensor pays a page fault per 4 KB at first write),
   position-major, ``(L, rows, kv heads, head dim)``: a new token's keys are one contiguous write,
   and dropping rows copies only the positions filled so far;
 - the prefill run a block of about ``PREFILL_TOKENS`` prompt tokens at a time, so each block's
   activations stay in the CPU cache (a several-MB GEMM output runs about a third slower);
-- q/k/v and gate/up weights concatenated once per call (one GEMM instead of three or two);
-- fused ``F.rms_norm``, ``F.scaled_dot_product_attention`` (prefill) and, at decode, attention as
-  a broadcast multiply-and-sum while the context is short (``SHORT_CONTEXT``), batched GEMMs after;
-- a rotary table built once per call with HF's own ``inv_freq`` (the same float products);
+- the weights rearranged once per call (:meth:`LlamaDecoder._weights`): q/k/v and gate/up
+  concatenated (one GEMM instead of three or two), each RMSNorm's weight and the attention scale
+  folded into the next GEMM (a norm is three ops: ``x / hypot(|x|, sqrt(d * eps))``), q/k rows
+  reordered so that RoPE is one complex multiply by a table built with HF's own ``inv_freq``;
+- residual adds fused into the GEMMs (``addmm_``), new keys rotated straight into the cache;
+- ``F.scaled_dot_product_attention`` at prefill and, at decode, attention as a broadcast
+  multiply-and-sum while the context is short (``SHORT_CONTEXT``), batched GEMMs after;
 - finished rows dropped from the batch once 1/``DROP_FRACTION`` of them have finished, checked at
   every token on the CPU (the check is the only host sync; on an accelerator every 4 tokens);
 - ``torch.inference_mode``.
@@ -39,8 +43,10 @@ CHECK_EVERY_CPU = 1
 DROP_FRACTION = 8
 #: Prompt tokens per prefill block (see :meth:`LlamaDecoder._prefill`).
 PREFILL_TOKENS = 256
-#: Up to this many keys per row, decode attention is a broadcast multiply-and-sum; beyond, GEMMs.
-SHORT_CONTEXT = 16
+#: Up to this many keys per row, decode attention is a broadcast multiply-and-sum; beyond, batched
+#: GEMMs. At head_dim 32 the GEMMs win from 13 keys on (15-20 % at 13-17): below about 400
+#: multiply-adds per matrix, torch's CPU ``bmm`` runs a scalar loop, 2-4x slower than the sum.
+SHORT_CONTEXT = 12
 
 
 def supports(model) -> bool:  # noqa: ANN001 - HF causal LM
@@ -92,6 +98,9 @@ class LlamaDecoder:
         self.eps = cfg.rms_norm_eps
         self.d = cfg.hidden_size
         self._ws: torch.Tensor | None = None
+        # per call, on the prompts' device: sqrt(d * eps) for :meth:`_norm`, ones(head_dim)
+        self._eps_d: torch.Tensor | None = None
+        self._ones_hd: torch.Tensor | None = None
 
     def _workspace(self, numel: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
         """A flat tensor of at least ``numel`` elements, kept between calls for the KV caches: a
@@ -170,17 +179,19 @@ class LlamaDecoder:
         w: tuple,
         rot: torch.Tensor,  # (N, P, 1, hd/2) complex
         mask: torch.Tensor | None,  # (N, 1, P, P) bool, or None: plain causal
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One layer over whole prompts; returns the new hidden states and the keys/values as
-        (P, N, nkv, hd), the cache's layout."""
+        cache: tuple[torch.Tensor, torch.Tensor],  # this block's (P, N, nkv, hd) cache views
+    ) -> torch.Tensor:
+        """One layer over whole prompts: writes the keys/values into ``cache`` and returns the new
+        hidden states."""
         wqkv, wo, wgu, wdown = w
         N, S, d = x.shape
         nh, nkv, hd = self.nh, self.nkv, self.hd
         qkv = torch.mm(self._norm(x).view(N * S, d), wqkv).view(N, S, nh + 2 * nkv, hd)
-        qk = torch.view_as_real(
-            torch.view_as_complex(qkv[:, :, : nh + nkv].unflatten(-1, (-1, 2))) * rot
-        ).flatten(-2)
-        q, k, v = qk[:, :, :nh], qk[:, :, nh:], qkv[:, :, nh + nkv :]
+        c = torch.view_as_complex(qkv.unflatten(-1, (-1, 2)))  # (N, S, heads, hd/2)
+        k, v = (z.transpose(0, 1) for z in cache)  # (N, S, nkv, hd) views of the cache
+        q = torch.view_as_real(c[:, :, :nh] * rot).flatten(-2)
+        torch.mul(c[:, :, nh : nh + nkv], rot, out=torch.view_as_complex(k.unflatten(-1, (-1, 2))))
+        v.copy_(qkv[:, :, nh + nkv :])
         attn = F.scaled_dot_product_attention(
             q.transpose(1, 2),
             k.transpose(1, 2),
@@ -191,7 +202,7 @@ class LlamaDecoder:
             enable_gqa=nkv != nh,
         )
         x = x.view(N * S, d).addmm_(attn.transpose(1, 2).reshape(N * S, nh * hd), wo)
-        return self._mlp(x, wgu, wdown).view(N, S, d), k.transpose(0, 1), v.transpose(0, 1)
+        return self._mlp(x, wgu, wdown).view(N, S, d)
 
     def _mlp(self, x: torch.Tensor, wgu: torch.Tensor, wdown: torch.Tensor) -> torch.Tensor:
         """``x + down(silu(gate) * up)``, in place on the residual stream ``x`` (rows, d)."""
@@ -249,7 +260,8 @@ class LlamaDecoder:
         ``inference_mode``; the results are cloned out of it, so autograd may use them."""
         with torch.inference_mode():
             ids, lps = self._generate(prompt_ids, prompt_mask, **kw)
-        return ids.clone(), lps.clone()
+        fmt = torch.contiguous_format  # the step-major buffers come back transposed
+        return ids.clone(memory_format=fmt), lps.clone(memory_format=fmt)
 
     def _prefill(
         self,
@@ -280,9 +292,7 @@ class LlamaDecoder:
             x = F.embedding(pid[r0:r1], W["embed"])
             rot = rot_t[pos[r0:r1]].unsqueeze(2)
             for w, (kc, vc) in zip(W["layers"], caches, strict=True):
-                x, k, v = self._prefill_block(x, w, rot, mask)
-                kc[:P, r0:r1] = k
-                vc[:P, r0:r1] = v
+                x = self._prefill_block(x, w, rot, mask, (kc[:P, r0:r1], vc[:P, r0:r1]))
             last.append(x[:, -1])
         return torch.cat(last)
 
