@@ -6,15 +6,19 @@ concatenation, generic rotary and attention dispatch) costs several times the ma
 module runs the same model, from the same parameter tensors (read at every call, so the trainer's
 latest weights are always the ones sampled), with:
 
-- a static KV cache preallocated for prompt + response length (no per-token concatenation),
+- a static KV cache for prompt + response length (no per-token concatenation) in a workspace
+  kept between calls (a fresh multi-MB tensor pays a page fault per 4 KB at first write),
   position-major, ``(L, rows, kv heads, head dim)``: a new token's keys are one contiguous write,
   and dropping rows copies only the positions filled so far;
 - the prefill run a block of about ``PREFILL_TOKENS`` prompt tokens at a time, so each block's
   activations stay in the CPU cache (a several-MB GEMM output runs about a third slower);
-- q/k/v and gate/up weights concatenated once per call (one GEMM instead of three or two);
-- fused ``F.rms_norm``, ``F.scaled_dot_product_attention`` (prefill) and, at decode, attention as
-  a broadcast multiply-and-sum while the context is short (``SHORT_CONTEXT``), batched GEMMs after;
-- a rotary table built once per call with HF's own ``inv_freq`` (the same float products);
+- the weights rearranged once per call (:meth:`LlamaDecoder._weights`): q/k/v and gate/up
+  concatenated (one GEMM instead of three or two), each RMSNorm's weight and the attention scale
+  folded into the next GEMM (a norm is three ops: ``x / hypot(|x|, sqrt(d * eps))``), q/k rows
+  reordered so that RoPE is one complex multiply by a table built with HF's own ``inv_freq``;
+- residual adds fused into the GEMMs (``addmm_``), new keys rotated straight into the cache;
+- ``F.scaled_dot_product_attention`` at prefill and, at decode, attention as a broadcast
+  multiply-and-sum while the context is short (``SHORT_CONTEXT``), batched GEMMs after;
 - finished rows dropped from the batch once 1/``DROP_FRACTION`` of them have finished, checked at
   every token on the CPU (the check is the only host sync; on an accelerator every 4 tokens);
 - ``torch.inference_mode``.
@@ -39,8 +43,10 @@ CHECK_EVERY_CPU = 1
 DROP_FRACTION = 8
 #: Prompt tokens per prefill block (see :meth:`LlamaDecoder._prefill`).
 PREFILL_TOKENS = 256
-#: Up to this many keys per row, decode attention is a broadcast multiply-and-sum; beyond, GEMMs.
-SHORT_CONTEXT = 16
+#: Up to this many keys per row, decode attention is a broadcast multiply-and-sum; beyond, batched
+#: GEMMs. At head_dim 32 the GEMMs win from 13 keys on (15-20 % at 13-17): below about 400
+#: multiply-adds per matrix, torch's CPU ``bmm`` runs a scalar loop, 2-4x slower than the sum.
+SHORT_CONTEXT = 12
 
 
 def supports(model) -> bool:  # noqa: ANN001 - HF causal LM
@@ -66,6 +72,18 @@ def supports(model) -> bool:  # noqa: ANN001 - HF causal LM
     )
 
 
+def _group_rows(key: torch.Tensor) -> tuple[list[int], list[int]]:
+    """Rows of ``key`` (rows, n) grouped by equality: the first row of each group, in order of
+    appearance, and each row's group. A dict over the rows' tuples: a few times cheaper than
+    ``torch.unique(dim=0)`` at a few hundred rows."""
+    slot: dict = {}
+    inv = [slot.setdefault(r, len(slot)) for r in map(tuple, key.tolist())]
+    first = [0] * len(slot)
+    for i in reversed(range(len(inv))):
+        first[inv[i]] = i
+    return first, inv
+
+
 class LlamaDecoder:
     """Prefill + static-cache decode over a HF ``LlamaForCausalLM``'s parameters."""
 
@@ -79,115 +97,162 @@ class LlamaDecoder:
         self.hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.nh
         self.eps = cfg.rms_norm_eps
         self.d = cfg.hidden_size
-        self.scale = self.hd**-0.5
+        self._ws: torch.Tensor | None = None
+        # per call, on the prompts' device: sqrt(d * eps) for :meth:`_norm`, ones(head_dim)
+        self._eps_d: torch.Tensor | None = None
+        self._ones_hd: torch.Tensor | None = None
+
+    def _workspace(self, numel: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        """A flat tensor of at least ``numel`` elements, kept between calls for the KV caches: a
+        fresh multi-MB tensor costs a page fault per 4 KB page at its first write, about as much
+        as writing it, at every call and every drop."""
+        ws = self._ws
+        if ws is None or ws.numel() < numel or ws.device != device or ws.dtype != dtype:
+            ws = self._ws = torch.empty(numel, device=device, dtype=dtype)
+        return ws
 
     def _weights(self) -> dict:
+        """The model's weights rearranged for :meth:`_decode_block` (transposed, as ``torch.mm``'s
+        right operand):
+
+        - each RMSNorm's weight, times sqrt(d), folded into the columns of the GEMM it feeds, so
+          that a norm is only ``x / sqrt(sum(x^2) + d * eps)`` (:meth:`_norm`);
+        - q/k rows reordered within each head to interleaved pairs ``[0, h, 1, h + 1, ...]``
+          (h = head_dim / 2), so that RoPE's rotate-half is one complex multiply of
+          ``view_as_complex`` pairs (:meth:`_rope`); attention scores are sums over the head
+          dimension, unchanged when q and k share the order (v keeps HF's);
+        - the attention scale head_dim**-0.5 folded into the q rows.
+        """
         m = self.model
+        d, nh, nkv, hd = self.d, self.nh, self.nkv, self.hd
+        h = hd // 2
+        pairs = torch.stack([torch.arange(h), torch.arange(h) + h], dim=-1).flatten()
+        pairs = pairs.to(m.model.embed_tokens.weight.device)
+
+        def interleave(w: torch.Tensor, heads: int) -> torch.Tensor:
+            return w.view(heads, hd, d).index_select(1, pairs).reshape(heads * hd, d)
+
+        root = d**0.5
         layers = []
         for layer in m.model.layers:
             a, mlp = layer.self_attn, layer.mlp
+            wqkv = torch.cat(
+                [
+                    interleave(a.q_proj.weight, nh) * hd**-0.5,
+                    interleave(a.k_proj.weight, nkv),
+                    a.v_proj.weight,
+                ]
+            )
+            wgu = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
             layers.append(
                 (
-                    layer.input_layernorm.weight,
-                    torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]),
-                    a.o_proj.weight,
-                    layer.post_attention_layernorm.weight,
-                    torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
-                    mlp.down_proj.weight,
+                    (wqkv * (layer.input_layernorm.weight * root)).t(),
+                    a.o_proj.weight.t(),
+                    (wgu * (layer.post_attention_layernorm.weight * root)).t(),
+                    mlp.down_proj.weight.t(),
                 )
             )
         return {
             "embed": m.model.embed_tokens.weight,
             "layers": layers,
-            "norm": m.model.norm.weight,
-            "head": m.lm_head.weight,
+            "head": (m.lm_head.weight * (m.model.norm.weight * root)).t(),
         }
 
-    def _rope(self, n: int, device: torch.device, dtype: torch.dtype) -> tuple:
+    def _norm(self, x: torch.Tensor) -> torch.Tensor:
+        """RMSNorm without its weight and without the 1/sqrt(d) (both folded into the next GEMM's
+        weights): ``x / sqrt(|x|^2 + d * eps)``, three ops (``F.rms_norm`` runs six)."""
+        return x / torch.hypot(torch.linalg.vector_norm(x, dim=-1, keepdim=True), self._eps_d)
+
+    def _rope(self, n: int, device: torch.device) -> torch.Tensor:
+        """``exp(i * pos * inv_freq) * attention_scaling`` for positions 0..n-1, (n, hd/2)
+        complex: HF's cos/sin (the same float products) as one table."""
         rot = self.model.model.rotary_emb
         pos = torch.arange(n, device=device, dtype=torch.float32)
         freqs = pos[:, None] * rot.inv_freq.float()[None, :].to(device)
-        emb = torch.cat((freqs, freqs), dim=-1)
-        return (emb.cos() * rot.attention_scaling).to(dtype), (
-            emb.sin() * rot.attention_scaling
-        ).to(dtype)
-
-    def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        h = x.shape[-1] // 2
-        return x * cos + torch.cat((-x[..., h:], x[..., :h]), dim=-1) * sin
+        return torch.complex(
+            freqs.cos() * rot.attention_scaling, freqs.sin() * rot.attention_scaling
+        )
 
     def _prefill_block(
         self,
         x: torch.Tensor,  # (N, P, d)
         w: tuple,
-        cos: torch.Tensor,  # (N, P, hd)
-        sin: torch.Tensor,
+        rot: torch.Tensor,  # (N, P, 1, hd/2) complex
         mask: torch.Tensor | None,  # (N, 1, P, P) bool, or None: plain causal
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One layer over whole prompts; returns the new hidden states and the keys/values as
-        (P, N, nkv, hd), the cache's layout."""
-        ln1, wqkv, wo, ln2, wgu, wdown = w
+        cache: tuple[torch.Tensor, torch.Tensor],  # this block's (P, N, nkv, hd) cache views
+    ) -> torch.Tensor:
+        """One layer over whole prompts: writes the keys/values into ``cache`` and returns the new
+        hidden states."""
+        wqkv, wo, wgu, wdown = w
         N, S, d = x.shape
         nh, nkv, hd = self.nh, self.nkv, self.hd
-        h = F.rms_norm(x, (d,), ln1, self.eps)
-        qkv = F.linear(h, wqkv).view(N, S, nh + 2 * nkv, hd)
-        qk = self._rotate(qkv[:, :, : nh + nkv], cos.unsqueeze(2), sin.unsqueeze(2))
-        q, k, v = qk[:, :, :nh], qk[:, :, nh:], qkv[:, :, nh + nkv :]
+        qkv = torch.mm(self._norm(x).view(N * S, d), wqkv).view(N, S, nh + 2 * nkv, hd)
+        c = torch.view_as_complex(qkv.unflatten(-1, (-1, 2)))  # (N, S, heads, hd/2)
+        k, v = (z.transpose(0, 1) for z in cache)  # (N, S, nkv, hd) views of the cache
+        q = torch.view_as_real(c[:, :, :nh] * rot).flatten(-2)
+        torch.mul(c[:, :, nh : nh + nkv], rot, out=torch.view_as_complex(k.unflatten(-1, (-1, 2))))
+        v.copy_(qkv[:, :, nh + nkv :])
         attn = F.scaled_dot_product_attention(
             q.transpose(1, 2),
             k.transpose(1, 2),
             v.transpose(1, 2),
             attn_mask=mask,
             is_causal=mask is None,
+            scale=1.0,  # folded into the q weights
             enable_gqa=nkv != nh,
         )
-        x = x + F.linear(attn.transpose(1, 2).reshape(N, S, nh * hd), wo)
-        return self._mlp(x, ln2, wgu, wdown), k.transpose(0, 1), v.transpose(0, 1)
+        x = x.view(N * S, d).addmm_(attn.transpose(1, 2).reshape(N * S, nh * hd), wo)
+        return self._mlp(x, wgu, wdown).view(N, S, d)
 
-    def _mlp(self, x: torch.Tensor, ln2: torch.Tensor, wgu: torch.Tensor, wdown: torch.Tensor):
-        h = F.rms_norm(x, (self.d,), ln2, self.eps)
-        g, u = F.linear(h, wgu).chunk(2, dim=-1)
-        return x + F.linear(F.silu(g) * u, wdown)
+    def _mlp(self, x: torch.Tensor, wgu: torch.Tensor, wdown: torch.Tensor) -> torch.Tensor:
+        """``x + down(silu(gate) * up)``, in place on the residual stream ``x`` (rows, d)."""
+        gu = torch.mm(self._norm(x), wgu)
+        i = gu.shape[-1] // 2
+        g = F.silu(gu[:, :i], inplace=True).mul_(gu[:, i:])
+        return x.addmm_(g, wdown)
 
     def _decode_block(
         self,
-        x: torch.Tensor,  # (b, d): one new token per active row
+        x: torch.Tensor,  # (b, d): one new token per active row; updated in place
         w: tuple,
-        cos: torch.Tensor,  # (b, 1, hd)
-        sin: torch.Tensor,
+        rot: torch.Tensor,  # (b, 1, hd/2) complex
         cache: tuple[torch.Tensor, torch.Tensor],  # (L, b, nkv, hd) each, position-major
         at: int,  # cache position of the new token
         bias: torch.Tensor | None,  # (at + 1, b): -inf on prompt padding, or None
     ) -> torch.Tensor:
-        ln1, wqkv, wo, ln2, wgu, wdown = w
+        wqkv, wo, wgu, wdown = w
         b, d = x.shape
         nh, nkv, hd = self.nh, self.nkv, self.hd
         g = nh // nkv
-        h = F.rms_norm(x, (d,), ln1, self.eps)
-        qkv = F.linear(h, wqkv).view(b, nh + 2 * nkv, hd)
-        qk = self._rotate(qkv[:, : nh + nkv], cos, sin)
+        qkv = torch.mm(self._norm(x), wqkv).view(b, nh + 2 * nkv, hd)
+        c = torch.view_as_complex(qkv.unflatten(-1, (-1, 2)))  # (b, heads, hd/2)
         k_cache, v_cache = cache
-        k_cache[at] = qk[:, nh:]
+        q = torch.view_as_real(c[:, :nh] * rot).view(b, nkv, g, hd)
+        # the new keys (rotated) and values go straight into the cache
+        torch.mul(
+            c[:, nh : nh + nkv], rot, out=torch.view_as_complex(k_cache[at].unflatten(-1, (-1, 2)))
+        )
         v_cache[at] = qkv[:, nh + nkv :]
         n = at + 1
         k, v = k_cache[:n], v_cache[:n]  # (n, b, nkv, hd): contiguous, position-major
-        q = qk[:, :nh].reshape(b, nkv, g, hd)
         if n <= SHORT_CONTEXT:
             # A few keys per row: broadcast multiply-and-sum over contiguous memory beats
-            # b * nh tiny batched GEMMs, whose per-matrix cost dominates at this size.
-            scores = (q * k.unsqueeze(3)).sum(-1) * self.scale  # (n, b, nkv, g)
+            # b * nh tiny batched GEMMs, whose per-matrix cost dominates at this size; the sum
+            # over the head dimension as a GEMV runs faster than ``sum(-1)``.
+            prod = q * k.unsqueeze(3)  # (n, b, nkv, g, hd)
+            scores = torch.mv(prod.view(-1, hd), self._ones_hd).view(n, b, nkv, g)
             if bias is not None:
                 scores = scores + bias[:, :, None, None]
             p = torch.softmax(scores, dim=0)
             attn = (p.unsqueeze(-1) * v.unsqueeze(3)).sum(0)  # (b, nkv, g, hd)
         else:
             kt = k.permute(1, 2, 3, 0)  # (b, nkv, hd, n)
-            scores = torch.matmul(q, kt) * self.scale  # (b, nkv, g, n)
+            scores = torch.matmul(q, kt)  # (b, nkv, g, n)
             if bias is not None:
                 scores = scores + bias.t()[:, None, None, :]
             attn = torch.matmul(torch.softmax(scores, dim=-1), v.permute(1, 2, 0, 3))
-        x = x + F.linear(attn.reshape(b, nh * hd), wo)
-        return self._mlp(x, ln2, wgu, wdown)
+        x.addmm_(attn.view(b, nh * hd), wo)
+        return self._mlp(x, wgu, wdown)
 
     def generate(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, **kw) -> tuple:  # noqa: ANN003
         """Sampled (or greedy, temperature 0) response ids and their log-probs, (B, T) each, with
@@ -195,15 +260,15 @@ class LlamaDecoder:
         ``inference_mode``; the results are cloned out of it, so autograd may use them."""
         with torch.inference_mode():
             ids, lps = self._generate(prompt_ids, prompt_mask, **kw)
-        return ids.clone(), lps.clone()
+        fmt = torch.contiguous_format  # the step-major buffers come back transposed
+        return ids.clone(memory_format=fmt), lps.clone(memory_format=fmt)
 
     def _prefill(
         self,
         W: dict,
         pid: torch.Tensor,  # (n, P) distinct prompts, left-padded
         pmask: torch.Tensor,  # (n, P) bool
-        cos_t: torch.Tensor,
-        sin_t: torch.Tensor,
+        rot_t: torch.Tensor,  # (L, hd/2) complex
         caches: list,  # per layer (P or more, n, nkv, hd) x 2: filled at [:P]
     ) -> torch.Tensor:
         """All layers over the prompts, a block of rows at a time so that each block's
@@ -225,11 +290,9 @@ class LlamaDecoder:
             # softmax row is empty (its output is never read)
             mask = ((causal & pm[:, None, :]) | eye).unsqueeze(1) if padded else None
             x = F.embedding(pid[r0:r1], W["embed"])
-            cos, sin = cos_t[pos[r0:r1]], sin_t[pos[r0:r1]]
+            rot = rot_t[pos[r0:r1]].unsqueeze(2)
             for w, (kc, vc) in zip(W["layers"], caches, strict=True):
-                x, k, v = self._prefill_block(x, w, cos, sin, mask)
-                kc[:P, r0:r1] = k
-                vc[:P, r0:r1] = v
+                x = self._prefill_block(x, w, rot, mask, (kc[:P, r0:r1], vc[:P, r0:r1]))
             last.append(x[:, -1])
         return torch.cat(last)
 
@@ -249,57 +312,65 @@ class LlamaDecoder:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         W = self._weights()
         device, dtype = prompt_ids.device, W["embed"].dtype
+        self._eps_d = torch.tensor((self.d * self.eps) ** 0.5, device=device, dtype=dtype)
+        self._ones_hd = torch.ones(self.hd, device=device, dtype=dtype)
         B, P = prompt_ids.shape
-        L = P + max_new_tokens
-        cos_t, sin_t = self._rope(L, device, dtype)
+        T = max_new_tokens
+        L = P + T
+        rot_t = self._rope(L, device)
         plen = prompt_mask.long().sum(-1)  # real prompt tokens per row
 
-        def new_caches(rows: int) -> list:
-            shape = (L, rows, self.nkv, self.hd)
-            return [
-                (
-                    torch.empty(shape, device=device, dtype=dtype),
-                    torch.empty(shape, device=device, dtype=dtype),
-                )
-                for _ in W["layers"]
-            ]
+        nl, per = len(W["layers"]), L * B * self.nkv * self.hd
+        # Two sets of caches in the persistent workspace: a drop copies from one to the other.
+        ws = self._workspace(2 * nl * 2 * per, device, dtype)[: 2 * nl * 2 * per]
+        ws = ws.view(2, nl, 2, per)
 
-        caches = new_caches(B)
+        def caches_in(s: int, rows: int) -> list:
+            shape, numel = (L, rows, self.nkv, self.hd), L * rows * self.nkv * self.hd
+            return [tuple(ws[s, i, j, :numel].view(shape) for j in range(2)) for i in range(nl)]
+
+        s = 0
+        caches = caches_in(s, B)
         # A prompt repeated n times (GRPO's group) is prefilled once and its keys/values copied
         # to its n rows.
-        uniq, inv = torch.unique(
-            torch.cat([prompt_ids, prompt_mask.long()], dim=-1), dim=0, return_inverse=True
-        )
-        if uniq.shape[0] < B:
-            n = uniq.shape[0]
+        first, inv = _group_rows(torch.cat([prompt_ids, prompt_mask.long()], dim=-1))
+        if len(first) < B:
+            n = len(first)
+            first = torch.tensor(first, device=device)
+            inv = torch.tensor(inv, device=device)
             pre = [
                 tuple(
                     torch.empty(P, n, self.nkv, self.hd, device=device, dtype=dtype) for _ in "kv"
                 )
                 for _ in W["layers"]
             ]
-            x = self._prefill(W, uniq[:, :P], uniq[:, P:].bool(), cos_t, sin_t, pre)
+            pid, pmask = prompt_ids.index_select(0, first), prompt_mask.index_select(0, first)
+            x = self._prefill(W, pid, pmask.bool(), rot_t, pre)
             for (k, v), (kp, vp) in zip(caches, pre, strict=True):
                 torch.index_select(kp, 1, inv, out=k[:P])
                 torch.index_select(vp, 1, inv, out=v[:P])
             x = x.index_select(0, inv)
         else:
-            x = self._prefill(W, prompt_ids, prompt_mask.bool(), cos_t, sin_t, caches)
+            x = self._prefill(W, prompt_ids, prompt_mask.bool(), rot_t, caches)
         # Decode: an additive bias over the keys (-inf on prompt padding), or none at all.
         key_bias = None
         if not bool(prompt_mask.bool().all()):
             key_bias = torch.zeros(L, B, dtype=dtype, device=device)
             key_bias[:P].masked_fill_(~prompt_mask.bool().t(), float("-inf"))
-        ids_out = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)
-        lp_out = torch.zeros(B, max_new_tokens, dtype=torch.float32, device=device)
+        # Each step's rotation per row, (T, B, 1, hd/2): a view per step, gathered at drops only.
+        rots = rot_t[plen[None, :] + torch.arange(T, device=device)[:, None]].unsqueeze(2)
+        # Step-major outputs: a step's draws are one contiguous write; entries after a row's
+        # EOS (or never written, once the row is dropped) are set to pad / 0 at the end.
+        ids_out = torch.full((T, B), pad_id, dtype=torch.long, device=device)
+        lp_out = torch.zeros(T, B, dtype=torch.float32, device=device)
         rows = torch.arange(B, device=device)  # original row of each active row
+        dropped = False  # whether rows is still arange(B)
         done = torch.zeros(B, dtype=torch.bool, device=device)
-        cur = plen  # position id of the next token, per active row
         inv_t = 1.0 / max(temperature, 1e-6)
         check = CHECK_EVERY if device.type != "cpu" else CHECK_EVERY_CPU
         steps = 0
-        for t in range(max_new_tokens):
-            logits = F.linear(F.rms_norm(x, (self.d,), W["norm"], self.eps), W["head"]).float()
+        for t in range(T):
+            logits = torch.mm(self._norm(x), W["head"]).float()
             logp = torch.log_softmax(logits * inv_t if inv_t != 1.0 else logits, dim=-1)
             if temperature == 0:
                 nxt = logp.argmax(-1)
@@ -307,12 +378,15 @@ class LlamaDecoder:
                 sample_lp = logp if top_p >= 1.0 else top_p_filter(logp, top_p)
                 nxt = sampler(sample_lp, gen, rows, B)  # generator use independent of drops
             lp = logp.gather(-1, nxt.unsqueeze(-1)).squeeze(-1)
-            nxt = nxt.masked_fill(done, pad_id)
-            ids_out[rows, t] = nxt
-            lp_out[rows, t] = lp.masked_fill(done, 0.0)
-            done = done | (nxt == eos_id)
+            if dropped:
+                ids_out[t].index_copy_(0, rows, nxt)
+                lp_out[t].index_copy_(0, rows, lp)
+            else:
+                ids_out[t] = nxt
+                lp_out[t] = lp
+            done |= nxt == eos_id
             steps = t + 1
-            if t + 1 == max_new_tokens:
+            if t + 1 == T:
                 break
             at = P + t  # cache position of this token
             if (t + 1) % check == 0:
@@ -324,27 +398,26 @@ class LlamaDecoder:
                 if n_done > 0 and n_done * DROP_FRACTION >= done.numel():
                     keep = (~done).nonzero().squeeze(-1)
                     # index_select: a plain row gather, about 10x faster than t[keep] here
-                    rows, cur, nxt, x = (z.index_select(0, keep) for z in (rows, cur, nxt, x))
+                    rows, nxt, x, done = (z.index_select(0, keep) for z in (rows, nxt, x, done))
+                    rots = rots.index_select(1, keep)
                     if key_bias is not None:
                         key_bias = key_bias.index_select(1, keep)
-                    fresh = new_caches(keep.numel())
+                    s = 1 - s
+                    fresh = caches_in(s, keep.numel())
                     for (k, v), (k2, v2) in zip(caches, fresh, strict=True):
                         torch.index_select(k[:at], 1, keep, out=k2[:at])
                         torch.index_select(v[:at], 1, keep, out=v2[:at])
                     caches = fresh
-                    done = done.index_select(0, keep)
+                    dropped = True
             xs = F.embedding(nxt, W["embed"])  # (b, d)
-            cos, sin = (
-                cos_t.index_select(0, cur).unsqueeze(1),
-                sin_t.index_select(0, cur).unsqueeze(1),
-            )
             m = None if key_bias is None else key_bias[: at + 1]
             for w, cache in zip(W["layers"], caches, strict=True):
-                xs = self._decode_block(xs, w, cos, sin, cache, at, m)
+                xs = self._decode_block(xs, w, rots[t], cache, at, m)
             x = xs
-            cur = cur + 1
-        ids_out, lp_out = ids_out[:, :steps], lp_out[:, :steps]
+        ids_out, lp_out = ids_out[:steps].t(), lp_out[:steps].t()
         is_eos = ids_out == eos_id
+        after = (is_eos.long().cumsum(-1) - is_eos.long()) > 0  # past the row's first EOS
+        ids_out, lp_out = ids_out.masked_fill(after, pad_id), lp_out.masked_fill(after, 0.0)
         if bool(is_eos.any(-1).all()):  # every row ended: trim to the last EOS
             steps = int(is_eos.float().argmax(-1).max()) + 1
             ids_out, lp_out = ids_out[:, :steps], lp_out[:, :steps]

@@ -76,6 +76,38 @@ def test_sampling_draws_match_hf_cache_path(model, tok):
     torch.testing.assert_close(fast.log_probs, ref.log_probs, atol=1e-5, rtol=0)
 
 
+def test_grouped_query_attention_matches_hf_cache_path(tok):
+    """Fewer kv heads than q heads: the decoder's per-head row reordering of q and k (for its
+    complex RoPE) and its grouped attention keep HF's draws and log-probs."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        gqa = LlamaForCausalLM(
+            LlamaConfig(
+                vocab_size=len(tok),
+                hidden_size=64,
+                intermediate_size=128,
+                num_hidden_layers=2,
+                num_attention_heads=8,
+                num_key_value_heads=2,
+                max_position_embeddings=64,
+                pad_token_id=0,
+                eos_token_id=1,
+                bos_token_id=None,
+            )
+        )
+    assert fastdecode.supports(gqa)
+    for kw in (
+        dict(temperature=0.0, max_new_tokens=16, seed=0),
+        dict(temperature=1.5, top_p=0.9, max_new_tokens=16, seed=4),
+    ):
+        fast = TorchEngine(gqa, tok).generate(PROMPTS * 4, **kw)
+        ref = TorchEngine(gqa, tok, fast=False).generate(PROMPTS * 4, **kw)
+        assert torch.equal(fast.response_ids, ref.response_ids)
+        torch.testing.assert_close(fast.log_probs, ref.log_probs, atol=1e-5, rtol=0)
+
+
 def test_dropping_finished_rows_changes_no_draw(model, tok, monkeypatch):
     kw = dict(temperature=1.5, top_p=1.0, max_new_tokens=16, seed=5)
     dropped = TorchEngine(model, tok).generate(PROMPTS * 6, **kw)
