@@ -43,6 +43,9 @@ CHECK_EVERY_CPU = 1
 DROP_FRACTION = 8
 #: Prompt tokens per prefill block (see :meth:`LlamaDecoder._prefill`).
 PREFILL_TOKENS = 256
+#: The KV-cache workspace is kept between calls up to this size (the tiny model's is a few MB);
+#: a larger one, a real model's, is freed after each call rather than held for the whole run.
+KEEP_WORKSPACE_BYTES = 256 * 2**20
 #: Up to this many keys per row, decode attention is a broadcast multiply-and-sum; beyond, batched
 #: GEMMs. At head_dim 32 the GEMMs win from 13 keys on (15-20 % at 13-17): below about 400
 #: multiply-adds per matrix, torch's CPU ``bmm`` runs a scalar loop, 2-4x slower than the sum.
@@ -260,6 +263,9 @@ class LlamaDecoder:
         ``inference_mode``; the results are cloned out of it, so autograd may use them."""
         with torch.inference_mode():
             ids, lps = self._generate(prompt_ids, prompt_mask, **kw)
+        ws = self._ws
+        if ws is not None and ws.numel() * ws.element_size() > KEEP_WORKSPACE_BYTES:
+            self._ws = None  # a real model's caches: not held between calls
         fmt = torch.contiguous_format  # the step-major buffers come back transposed
         return ids.clone(memory_format=fmt), lps.clone(memory_format=fmt)
 

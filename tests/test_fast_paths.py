@@ -270,3 +270,17 @@ def test_shared_prompt_forward_gives_hf_logprobs_and_gradients(model, tok):
     torch.testing.assert_close(e2[valid], e1[valid], atol=1e-5, rtol=0)
     for a, b in zip(g1, g2, strict=True):
         torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-4)
+
+
+def test_large_workspace_is_not_kept_between_calls(model, tok, monkeypatch):
+    """The tiny model's caches are reused across calls; a real model's are freed after each call
+    (same samples either way)."""
+    kw = dict(temperature=1.0, max_new_tokens=10, seed=2)
+    eng = TorchEngine(model, tok)
+    kept = eng.generate(PROMPTS * 3, **kw)
+    assert eng._fast._ws is not None
+    monkeypatch.setattr(fastdecode, "KEEP_WORKSPACE_BYTES", 0)
+    freed = eng.generate(PROMPTS * 3, **kw)
+    assert eng._fast._ws is None
+    assert torch.equal(kept.response_ids, freed.response_ids)
+    torch.testing.assert_close(kept.log_probs, freed.log_probs, atol=0, rtol=0)
