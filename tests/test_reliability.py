@@ -170,3 +170,40 @@ def test_resume_auto_finds_only_unfinished_invocations_of_the_same_config(root, 
         assert find_resumable(client, exp, other) is None
     finally:
         client.update_run(twin.parent_run_id, status="FINISHED")
+
+
+def test_a_worker_killed_mid_run_then_resume_equals_the_twin(root, twin):
+    """With ``jobs=2`` the kill hits one worker (grpo at step 2, while saving its checkpoint):
+    the suite stops, the other worker's run is cut wherever it was, and ``resume=auto`` (in one
+    process) completes both runs to exactly the uninterrupted twin's numbers."""
+    store = _store(root, "killed-worker")
+    env = {**os.environ, FAULTS_ENV: "kill@grpo:2:save", "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.cli", "run", *REL, *store, "jobs=2"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode != 0
+    assert "BrokenProcessPool" in proc.stderr, proc.stderr[-3000:]
+    uri = store[0].split("=", 1)[1]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("sppo-bench-default")
+    (parent,) = client.search_runs([exp.experiment_id], "tags.`sppo_bench.role` = 'suite'")
+    assert parent.info.status != "FINISHED"
+
+    resumed = run_suite(compose_config([*REL, *store, "resume=auto"]), progress=False)
+
+    assert resumed.parent_run_id == parent.info.run_id
+    client, after = _children(resumed)
+    assert client.get_run(parent.info.run_id).info.status == "FINISHED"
+    tclient, twins = _children(twin)
+    for a in ALGS:
+        assert after[a].info.status == "FINISHED"
+        h, t = _history(client, after[a]), _history(tclient, twins[a])
+        assert [s for s, _ in h[M.TRAIN_SCORE_MEAN]] == list(range(1, STEPS + 1)), a
+        assert h == t, f"{a} differs from its uninterrupted twin"
