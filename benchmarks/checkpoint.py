@@ -63,8 +63,10 @@ _VERSION = 1
 
 
 def config_hash(resolved: Mapping[str, Any]) -> str:
-    """SHA-256 of the resolved config without ``resume`` (which only says how to start)."""
-    data = {k: v for k, v in resolved.items() if k != "resume"}
+    """SHA-256 of the resolved config without ``resume`` and ``jobs``, which only say how to
+    run it: the numbers do not depend on them, so a suite killed with ``jobs=2`` resumes with
+    any other value."""
+    data = {k: v for k, v in resolved.items() if k not in ("resume", "jobs")}
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
