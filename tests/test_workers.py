@@ -18,7 +18,13 @@ from algorithms import ConfigError
 from benchmarks import metrics as M
 from benchmarks.cli import compose_config
 from benchmarks.suite import run_suite, validate
-from benchmarks.workers import parallel_blocker, resolve_jobs
+from benchmarks.workers import (
+    WORKER_BYTES,
+    available_memory,
+    parallel_blocker,
+    resolve_jobs,
+    usable_cpus,
+)
 
 
 def _histories(result) -> dict[str, list[tuple[int, float]]]:
@@ -73,6 +79,9 @@ def test_jobs_field_is_validated():
         with pytest.raises(ConfigError, match=r"jobs=.*allowed 'auto' or an integer >= 1"):
             validate(cfg)
     assert resolve_jobs("auto", 1) == 1
+    assert resolve_jobs("auto", 12, available=3 * WORKER_BYTES // 2) == 1  # memory for one
+    assert resolve_jobs("auto", 12, available=64 * WORKER_BYTES) == min(usable_cpus(), 12)
+    assert available_memory() > 0  # read from this machine's kernel
     assert 1 <= resolve_jobs("auto", 64) <= 64
     assert resolve_jobs(8, 3) == 3  # never more processes than runs
     assert resolve_jobs("2", 12) == 2
