@@ -228,7 +228,7 @@ def bench_ceiling(res: _Results, cfg, s: BenchSettings, tokens: int) -> _Probe: 
 def _hf_generate(model, tok, prompts: list[str], max_new: int, seed: int) -> tuple[int, float]:  # noqa: ANN001
     """HF ``generate()`` with the suite's sampling settings; returns (real tokens, FLOPs)."""
     from benchmarks.meter import FlopModel
-    from benchmarks.rollout import encode_prompts
+    from benchmarks.rollout import encode_prompts, past_first_eos
 
     ids, mask = encode_prompts(tok, prompts)
     torch.manual_seed(seed)
@@ -246,8 +246,7 @@ def _hf_generate(model, tok, prompts: list[str], max_new: int, seed: int) -> tup
             eos_token_id=tok.eos_token_id,
         )
     resp = out[:, ids.shape[1] :]
-    is_eos = resp == tok.eos_token_id
-    real = ((is_eos.long().cumsum(-1) - is_eos.long()) == 0).sum(-1)  # up to and incl. first EOS
+    real = (~past_first_eos(resp, tok.eos_token_id)).sum(-1)
     fm = FlopModel.from_config(model.config)
     plens = mask.sum(-1).long().tolist()
     flops = sum(fm.generate(p, r) for p, r in zip(plens, real.tolist(), strict=True))

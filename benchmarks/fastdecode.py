@@ -33,6 +33,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from benchmarks.rollout import past_first_eos
+
 __all__ = ["LlamaDecoder", "supports"]
 
 #: Check for finished rows every this many tokens on an accelerator (the check is a host sync)
@@ -422,7 +424,7 @@ class LlamaDecoder:
             x = xs
         ids_out, lp_out = ids_out[:steps].t(), lp_out[:steps].t()
         is_eos = ids_out == eos_id
-        after = (is_eos.long().cumsum(-1) - is_eos.long()) > 0  # past the row's first EOS
+        after = past_first_eos(ids_out, eos_id)
         ids_out, lp_out = ids_out.masked_fill(after, pad_id), lp_out.masked_fill(after, 0.0)
         if bool(is_eos.any(-1).all()):  # every row ended: trim to the last EOS
             steps = int(is_eos.float().argmax(-1).max()) + 1

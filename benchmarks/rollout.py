@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 __all__ = [
+    "past_first_eos",
     "Rollout",
     "bucketed_logprobs",
     "RolloutEngine",
@@ -110,6 +111,13 @@ def sequence_inputs(
     mask = torch.cat([prompt_mask, response_mask], dim=1)
     pos = (mask.cumsum(-1) - 1).clamp(min=0).long()
     return ids, mask.long(), pos
+
+
+def past_first_eos(ids: torch.Tensor, eos_id: int) -> torch.Tensor:
+    """Positions after each row's first EOS, (B, T) bool: a response is real up to and
+    including its first EOS."""
+    is_eos = (ids == eos_id).long()
+    return (is_eos.cumsum(-1) - is_eos) > 0
 
 
 def response_logprobs(
@@ -348,10 +356,8 @@ class TorchEngine:
     ) -> Rollout:
         tok = self.tokenizer
         eos, pad = tok.eos_token_id, tok.pad_token_id
-        # A token is real up to and including the first EOS.
         is_eos = response_ids == eos
-        after_eos = (is_eos.long().cumsum(-1) - is_eos.long()) > 0
-        response_mask = (~after_eos).float()
+        response_mask = (~past_first_eos(response_ids, eos)).float()
         # EOS and padding become the pad id before decoding (id 0 is an ordinary character in
         # many real vocabularies, so multiplying by the mask would append "!!!" to every text).
         visible = torch.where(

@@ -587,7 +587,7 @@ class RLTrainer:
         return self.critic(ids, mask, pos)[:, P - 1 : P - 1 + T]
 
     def _train_step(self) -> dict[str, float]:
-        alg, cfg = self.alg, self.cfg
+        alg = self.alg
         batch, stats = self._collect()
         if batch is None:
             log.info("step %d: every group was filtered out; no update", self.step)
@@ -597,29 +597,13 @@ class RLTrainer:
             old_lp = None  # on-policy: the update uses its own log-probs, detached (ratio 1)
             if not self._on_policy():
                 with self.meter.phase("logprob"):
-                    old_lp, _ = bucketed_logprobs(
-                        self.policy,
-                        ro.prompt_ids,
-                        ro.prompt_mask,
-                        ro.response_ids,
-                        mask,
-                        cfg.temperature,
-                        buckets=cfg.length_buckets,
-                    )
+                    old_lp = self._teacher_forced(self.policy, ro)
                 self.meter.add_flops("logprob", self._seq_flops(self.fm, ro))
                 stats.update(rollout_logprob_mismatch(ro.log_probs, old_lp, mask))
             ref_lp = None
             if self.reference is not None:
                 with self.meter.phase("reference"):
-                    ref_lp, _ = bucketed_logprobs(
-                        self.reference,
-                        ro.prompt_ids,
-                        ro.prompt_mask,
-                        ro.response_ids,
-                        mask,
-                        cfg.temperature,
-                        buckets=cfg.length_buckets,
-                    )
+                    ref_lp = self._teacher_forced(self.reference, ro)
                 self.meter.add_flops("reference", self._seq_flops(self.fm, ro))
             values = None
             if self.critic is not None:
@@ -639,6 +623,19 @@ class RLTrainer:
         with self.meter.phase("rollout"):
             self.engine.sync_weights()  # the next rollout samples from the updated policy
         return stats
+
+    def _teacher_forced(self, model: torch.nn.Module, ro: Rollout) -> torch.Tensor:
+        """``model``'s log-probs of the sampled responses (the old-policy and reference passes)."""
+        lp, _ = bucketed_logprobs(
+            model,
+            ro.prompt_ids,
+            ro.prompt_mask,
+            ro.response_ids,
+            ro.response_mask,
+            self.cfg.temperature,
+            buckets=self.cfg.length_buckets,
+        )
+        return lp
 
     def _on_policy(self) -> bool:
         """One epoch of one mini-batch, no KL in the reward: the policy the update differentiates

@@ -8,6 +8,7 @@ import copy
 
 import pytest
 import torch
+from test_rollout import PROMPTS, SPEC
 from test_trainer import FirstDigitTask, make_trainer
 
 from benchmarks import fastdecode
@@ -15,11 +16,6 @@ from benchmarks import metrics as M
 from benchmarks.meter import Budget
 from benchmarks.modeling import ModelSpec, build_tiny_llama
 from benchmarks.rollout import TorchEngine, response_logprobs
-
-SPEC = ModelSpec(
-    hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, max_position_embeddings=64
-)
-PROMPTS = ["7=", "1+2=", "3*4-5=", "9-9*9+1=", "4+4=", "0*1*2*3*4="]
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
