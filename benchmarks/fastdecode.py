@@ -33,7 +33,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from benchmarks.rollout import past_first_eos
+from benchmarks.rollout import draw_uniforms, past_first_eos
 
 __all__ = ["LlamaDecoder", "supports"]
 
@@ -316,7 +316,7 @@ class LlamaDecoder:
         pad_id: int,
         gen: torch.Generator,
         top_p_filter,  # noqa: ANN001 - the engine's nucleus filter
-        sampler,  # noqa: ANN001 - the engine's draw (see rollout.sample_tokens)
+        sampler,  # noqa: ANN001 - the engine's draw from one uniform per row (rollout.sample_tokens)
     ) -> tuple[torch.Tensor, torch.Tensor]:
         W = self._weights()
         device, dtype = prompt_ids.device, W["embed"].dtype
@@ -371,6 +371,8 @@ class LlamaDecoder:
         # EOS (or never written, once the row is dropped) are set to pad / 0 at the end.
         ids_out = torch.full((T, B), pad_id, dtype=torch.long, device=device)
         lp_out = torch.zeros(T, B, dtype=torch.float32, device=device)
+        # Each step's uniform per row, (T, B), gathered at drops like ``rots``.
+        us = None if temperature == 0 else draw_uniforms(gen, T, B, device)
         rows = torch.arange(B, device=device)  # original row of each active row
         dropped = False  # whether rows is still arange(B)
         done = torch.zeros(B, dtype=torch.bool, device=device)
@@ -384,7 +386,7 @@ class LlamaDecoder:
                 nxt = logp.argmax(-1)
             else:
                 sample_lp = logp if top_p >= 1.0 else top_p_filter(logp, top_p)
-                nxt = sampler(sample_lp, gen, rows, B)  # generator use independent of drops
+                nxt = sampler(sample_lp, us[t])
             lp = logp.gather(-1, nxt.unsqueeze(-1)).squeeze(-1)
             if dropped:
                 ids_out[t].index_copy_(0, rows, nxt)
@@ -408,6 +410,8 @@ class LlamaDecoder:
                     # index_select: a plain row gather, about 10x faster than t[keep] here
                     rows, nxt, x, done = (z.index_select(0, keep) for z in (rows, nxt, x, done))
                     rots = rots.index_select(1, keep)
+                    if us is not None:
+                        us = us.index_select(1, keep)
                     if key_bias is not None:
                         key_bias = key_bias.index_select(1, keep)
                     s = 1 - s

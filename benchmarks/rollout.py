@@ -23,6 +23,7 @@ __all__ = [
     "TorchEngine",
     "encode_prompts",
     "response_logprobs",
+    "draw_uniforms",
     "sample_tokens",
     "sequence_inputs",
 ]
@@ -205,23 +206,30 @@ def _top_p_filter(logp: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.log_softmax(logp.masked_fill(drop, float("-inf")), dim=-1)
 
 
-def sample_tokens(
-    sample_lp: torch.Tensor, gen: torch.Generator, rows: torch.Tensor | None = None, n: int = 0
+def draw_uniforms(
+    gen: torch.Generator, steps: int, rows: int, device: torch.device | str = "cpu"
 ) -> torch.Tensor:
-    """One draw per row from ``softmax(sample_lp)`` with ``torch.multinomial`` on the CPU.
+    """The uniforms a batch's sampling consumes, one per (step, row), drawn at once on the CPU.
 
-    With ``rows`` (the original indices of the rows still decoding, out of ``n``), the draw is
-    made for all ``n`` rows, finished ones from a dummy distribution, so the generator is consumed
-    exactly as if no row had been dropped: a row's samples depend on the seed and its index only,
-    never on which other rows have finished."""
-    probs = sample_lp.exp().cpu()
-    if rows is not None and rows.numel() < n:
-        full = torch.ones(n, probs.shape[-1], dtype=probs.dtype)
-        full[rows.cpu()] = probs
-        return (
-            torch.multinomial(full, 1, generator=gen).squeeze(-1)[rows.cpu()].to(sample_lp.device)
-        )
-    return torch.multinomial(probs, 1, generator=gen).squeeze(-1).to(sample_lp.device)
+    A row's draws depend on the seed and its index only, never on which other rows finished (and
+    were dropped from the batch), and the per-token draw needs no host round trip on a GPU."""
+    return torch.rand(steps, rows, generator=gen).to(device)
+
+
+def sample_tokens(sample_lp: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """One draw per row from ``softmax(sample_lp)`` by inverse CDF with the row's uniform ``u``:
+    the first token whose cumulative probability exceeds ``u`` times the total.
+
+    A token of probability 0 (outside top-p) is never drawn: its cumulative sum equals its
+    predecessor's. ``torch.multinomial`` on the CPU spent ~0.3 ms per decode step on a
+    256-row batch drawing exponentials for every (row, token); this is a cumulative sum and a
+    binary search."""
+    cdf = sample_lp.exp().cumsum(-1)
+    total = cdf[:, -1:]
+    idx = torch.searchsorted(cdf, u.unsqueeze(-1) * total, right=True)
+    # u * total may round up to the total: then the last token of probability > 0
+    last = (cdf < total).sum(-1, keepdim=True)
+    return torch.minimum(idx, last).squeeze(-1)
 
 
 class TorchEngine:
@@ -320,14 +328,15 @@ class TorchEngine:
         cur = pos[:, -1]
         eos, pad = tok.eos_token_id, tok.pad_token_id
         done = torch.zeros(B, dtype=torch.bool, device=device)
+        us = None if temperature == 0 else draw_uniforms(gen, max_new_tokens, B, device)
         ids, lps = [], []
-        for _ in range(max_new_tokens):
+        for t in range(max_new_tokens):
             logp = torch.log_softmax(logits.float() / max(temperature, 1e-6), dim=-1)
             if temperature == 0:
                 nxt = logp.argmax(-1)
             else:
                 sample_lp = logp if top_p >= 1.0 else _top_p_filter(logp, top_p)
-                nxt = sample_tokens(sample_lp, gen)
+                nxt = sample_tokens(sample_lp, us[t])
             lp = logp.gather(-1, nxt.unsqueeze(-1)).squeeze(-1)
             nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
             ids.append(nxt)

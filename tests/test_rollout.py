@@ -10,7 +10,9 @@ from benchmarks.rollout import (
     Rollout,
     TorchEngine,
     _top_p_filter,
+    draw_uniforms,
     response_logprobs,
+    sample_tokens,
     sequence_inputs,
 )
 from benchmarks.tasks import ArithTask
@@ -223,6 +225,42 @@ def test_top_p_filter_hand_computed():
     torch.testing.assert_close(
         _top_p_filter(probs.log(), 0.1).exp(), torch.tensor([[0.0, 1.0, 0.0, 0.0]])
     )
+
+
+def test_inverse_cdf_draws_follow_the_distribution():
+    """Frequencies of many draws match each row's softmax (chi-square), a probability-0 token is
+    never drawn, and a row's draws come from its own column of uniforms."""
+    from scipy.stats import chisquare
+
+    probs = torch.tensor([[0.1, 0.0, 0.6, 0.3], [0.25, 0.25, 0.25, 0.25], [0.0, 0.0, 1.0, 0.0]])
+    n = 20_000
+    u = draw_uniforms(torch.Generator().manual_seed(0), n, probs.shape[0])  # (n, rows)
+    lp = probs.log().expand(n, -1, -1).reshape(-1, probs.shape[1])  # row r of step t: t*3 + r
+    draws = sample_tokens(lp, u.reshape(-1)).view(n, -1)
+    for r in range(probs.shape[0]):
+        counts = torch.bincount(draws[:, r], minlength=probs.shape[1]).double()
+        assert counts[probs[r] == 0].sum() == 0
+        live = probs[r] > 0
+        if live.sum() > 1:
+            expected = probs[r][live].double()
+            expected = expected / expected.sum() * n
+            assert chisquare(counts[live], expected).pvalue > 1e-3
+    # A uniform decides its row's token alone: the same u on a permuted batch, the same tokens.
+    perm = torch.tensor([2, 0, 1])
+    torch.testing.assert_close(
+        sample_tokens(probs.log()[perm], u[0, perm]), sample_tokens(probs.log(), u[0])[perm]
+    )
+
+
+def test_inverse_cdf_edges_pick_tokens_of_positive_probability():
+    """u = 0 draws the first token of positive probability; u just below 1, whose product with
+    the total may round up to it, the last one (never the probability-0 tail)."""
+    lp = torch.tensor([[0.0, 0.2, 0.5, 0.3, 0.0, 0.0]]).log()
+    below_one = torch.tensor([1.0 - 2.0**-24])
+    assert sample_tokens(lp, torch.tensor([0.0])).item() == 1
+    assert sample_tokens(lp, below_one).item() == 3
+    # Unnormalised (a top-p filter renormalises in log space; rounding leaves totals near 1)
+    assert sample_tokens(lp + 0.3, below_one).item() == 3
 
 
 def _outside_nucleus(model, ro: Rollout, temperature: float, top_p: float) -> tuple[int, int]:
