@@ -26,6 +26,9 @@ MICRO = [
     "budget.eval_fractions=[0.0,0.5,1.0]",
     "suite.report=false",
     "algorithm.dapo.params.group_size=4",
+    # At most 3 x 32 samples per DAPO step (dynamic sampling refills): no step can cross 0.5 and
+    # 1.0 at once, so every algorithm is evaluated at every fraction whatever the draws.
+    "algorithm.dapo.params.max_gen_batches=3",
 ]
 
 
