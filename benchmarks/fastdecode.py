@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 from benchmarks.rollout import draw_uniforms, past_first_eos
 
-__all__ = ["LlamaDecoder", "supports"]
+__all__ = ["LlamaDecoder", "prefix_hidden", "prefix_logprobs", "supports", "supports_backbone"]
 
 #: Check for finished rows every this many tokens on an accelerator (the check is a host sync)
 #: and on the CPU (where it is not).
@@ -61,11 +61,18 @@ def supports(model) -> bool:  # noqa: ANN001 - HF causal LM
     cfg = getattr(model, "config", None)
     if cfg is None or getattr(cfg, "model_type", None) != "llama":
         return False
-    inner = getattr(model, "model", None)
-    rotary = getattr(inner, "rotary_emb", None)
-    embed = getattr(inner, "embed_tokens", None)
+    return supports_backbone(getattr(model, "model", None)) and hasattr(model, "lm_head")
+
+
+def supports_backbone(backbone) -> bool:  # noqa: ANN001 - HF LlamaModel (no LM head)
+    """:func:`supports` for a bare backbone, e.g. the critic's (:func:`prefix_hidden`)."""
+    cfg = getattr(backbone, "config", None)
+    rotary = getattr(backbone, "rotary_emb", None)
+    embed = getattr(backbone, "embed_tokens", None)
     return (
-        rotary is not None
+        cfg is not None
+        and getattr(cfg, "model_type", None) == "llama"
+        and rotary is not None
         and embed is not None
         and embed.weight.dtype == torch.float32
         and getattr(rotary, "rope_type", None) == "default"
@@ -73,7 +80,6 @@ def supports(model) -> bool:  # noqa: ANN001 - HF causal LM
         and not getattr(cfg, "mlp_bias", False)
         and getattr(cfg, "hidden_act", None) == "silu"
         and getattr(cfg, "pretraining_tp", 1) == 1
-        and hasattr(model, "lm_head")
     )
 
 
@@ -444,7 +450,25 @@ def prefix_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Teacher-forced response log-probs, (B, T), with each distinct prompt run once.
+    """Teacher-forced response log-probs, (B, T), with each distinct prompt run once
+    (:func:`prefix_hidden`); only float rounding differs from HF's forward."""
+    h = prefix_hidden(model.model, prompt_ids, prompt_mask, response_ids)
+    logits = F.linear(h, model.lm_head.weight)
+    logp_all = torch.log_softmax(logits.float() / max(temperature, 1e-6), dim=-1)
+    logp = logp_all.gather(-1, response_ids.unsqueeze(-1)).squeeze(-1)
+    ent = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
+    return logp, ent
+
+
+def prefix_hidden(
+    backbone,  # noqa: ANN001 - a LlamaModel that :func:`supports_backbone`
+    prompt_ids: torch.Tensor,  # (B, P) left-padded
+    prompt_mask: torch.Tensor,  # (B, P)
+    response_ids: torch.Tensor,  # (B, T)
+) -> torch.Tensor:
+    """The final-norm hidden states that predict each response token, (B, T, d): the last prompt
+    position's for token 0, then the response's own, as HF's ``last_hidden_state`` at positions
+    P-1 .. P+T-2 (the policy's head turns them into log-probs, the token critic's into values).
 
     A GRPO-style batch repeats every prompt n times; the prompt's hidden states and keys/values
     do not depend on the response, so they are computed for the distinct prompts only and shared
@@ -452,7 +476,7 @@ def prefix_logprobs(
     repeated computation would). Responses attend to [own prompt's keys | causal response keys],
     exactly the full sequence's attention; only float rounding differs from HF's forward.
     """
-    m = model
+    m = backbone
     cfg = m.config
     nh = cfg.num_attention_heads
     nkv = cfg.num_key_value_heads or nh
@@ -464,9 +488,9 @@ def prefix_logprobs(
     P = prompt_ids.shape[1]
     pid, pmask = uniq[:, :P], uniq[:, P:].bool()
     B, T = response_ids.shape
-    rot = m.model.rotary_emb
-    embed = m.model.embed_tokens.weight
-    pad_idx = m.model.embed_tokens.padding_idx  # HF's embedding gives that row no gradient
+    rot = m.rotary_emb
+    embed = m.embed_tokens.weight
+    pad_idx = m.embed_tokens.padding_idx  # HF's embedding gives that row no gradient
     dtype = embed.dtype
     n_pos = P + T
     pos_all = torch.arange(n_pos, device=device, dtype=torch.float32)
@@ -511,7 +535,7 @@ def prefix_logprobs(
         mask_p = ((causal & pmask[:, None, :]) | eye).unsqueeze(1)
     x = F.embedding(pid, embed, padding_idx=pad_idx)
     prefix_kv = []
-    for layer in m.model.layers:
+    for layer in m.layers:
         q, k, v = qkv_of(layer, x, pos_p)
         prefix_kv.append((k, v))
         attn = F.scaled_dot_product_attention(
@@ -527,15 +551,11 @@ def prefix_logprobs(
         [pmask[inv][:, None, None, :].expand(B, 1, T, P), causal_r.expand(B, 1, T, T)], dim=-1
     )
     x = F.embedding(response_ids, embed, padding_idx=pad_idx)
-    for layer, (k_p, v_p) in zip(m.model.layers, prefix_kv, strict=True):
+    for layer, (k_p, v_p) in zip(m.layers, prefix_kv, strict=True):
         q, k, v = qkv_of(layer, x, pos_r)
         k = torch.cat([k_p[inv], k], dim=2)
         v = torch.cat([v_p[inv], v], dim=2)
         attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask_r, enable_gqa=nkv != nh)
         x = finish(layer, x, attn)
     h = torch.cat([last[inv].unsqueeze(1), x[:, : T - 1]], dim=1)  # positions P-1 .. P+T-2
-    logits = F.linear(F.rms_norm(h, (d,), m.model.norm.weight, eps), m.lm_head.weight)
-    logp_all = torch.log_softmax(logits.float() / max(temperature, 1e-6), dim=-1)
-    logp = logp_all.gather(-1, response_ids.unsqueeze(-1)).squeeze(-1)
-    ent = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
-    return logp, ent
+    return F.rms_norm(h, (d,), m.norm.weight, eps)

@@ -8,7 +8,7 @@ responses right-padded, the layout every log-prob and value computation below as
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -19,6 +19,7 @@ __all__ = [
     "past_first_eos",
     "Rollout",
     "bucketed_logprobs",
+    "by_length",
     "RolloutEngine",
     "TorchEngine",
     "encode_prompts",
@@ -159,19 +160,10 @@ def bucketed_logprobs(
     buckets: int = 1,
     min_rows: int = 32,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """:func:`response_logprobs` over rows grouped by response length, each group trimmed to its
-    own longest response, so short responses do not pay for the batch's longest one.
-
-    Every row's log-probs are computed by the same model on the same tokens; only the padding
-    columns a row never attends to are left out, so the result equals the one-batch call up to
-    float rounding (positions past a row's response are 0). Autograd flows through every group,
-    so a loss on the returned ``(B, T)`` tensor is the same function of the weights as before.
-    ``buckets`` groups at most, each of at least ``min_rows`` rows.
-    """
+    """:func:`response_logprobs` over rows grouped by response length (:func:`by_length`); for
+    Llama models each distinct prompt runs once per group (``fastdecode.prefix_logprobs``)."""
     from benchmarks.fastdecode import prefix_logprobs, supports
 
-    B, T = response_ids.shape
-    k = max(1, min(buckets, B // max(1, min_rows)))
     shared = supports(model)  # Llama: distinct prompts run once per group (same log-probs)
 
     def one(pi, pm, ri, rm):  # noqa: ANN001, ANN202
@@ -179,22 +171,45 @@ def bucketed_logprobs(
             return prefix_logprobs(model, pi, pm, ri, temperature, with_entropy)
         return response_logprobs(model, pi, pm, ri, rm, temperature, with_entropy)
 
+    lp, ent = by_length(
+        one, prompt_ids, prompt_mask, response_ids, response_mask, buckets, min_rows
+    )
+    return lp, ent
+
+
+def by_length(
+    fn: Callable[..., tuple[torch.Tensor | None, ...]],
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    response_ids: torch.Tensor,
+    response_mask: torch.Tensor,
+    buckets: int = 1,
+    min_rows: int = 32,
+) -> list[torch.Tensor | None]:
+    """``fn(prompt_ids, prompt_mask, response_ids, response_mask)``, which returns (rows, T)
+    tensors (or None), over rows grouped by response length, each group trimmed to its own
+    longest response, so short responses do not pay for the batch's longest one.
+
+    Every row's outputs are computed by the same model on the same tokens; only the padding
+    columns a row never attends to are left out, so the result equals the one-batch call up to
+    float rounding (positions past a row's response are 0). Autograd flows through every group,
+    so a loss on the returned ``(B, T)`` tensors is the same function of the weights as before.
+    ``buckets`` groups at most, each of at least ``min_rows`` rows.
+    """
+    B, T = response_ids.shape
+    k = max(1, min(buckets, B // max(1, min_rows)))
     if k == 1:
-        return one(prompt_ids, prompt_mask, response_ids, response_mask)
+        return list(fn(prompt_ids, prompt_mask, response_ids, response_mask))
     lengths = response_mask.sum(-1).long()
     order = torch.argsort(lengths, stable=True)
-    lps, ents = [], []
+    parts = []
     for idx in order.tensor_split(k):
         t = max(1, int(lengths[idx].max()))
-        lp, ent = one(
-            prompt_ids[idx], prompt_mask[idx], response_ids[idx, :t], response_mask[idx, :t]
-        )
-        lps.append(F.pad(lp * response_mask[idx, :t], (0, T - t)))
-        if ent is not None:
-            ents.append(F.pad(ent * response_mask[idx, :t], (0, T - t)))
+        rm = response_mask[idx, :t]
+        outs = fn(prompt_ids[idx], prompt_mask[idx], response_ids[idx, :t], rm)
+        parts.append([None if o is None else F.pad(o * rm, (0, T - t)) for o in outs])
     inverse = torch.argsort(order)
-    lp_all = torch.cat(lps)[inverse]
-    return lp_all, (torch.cat(ents)[inverse] if with_entropy else None)
+    return [None if col[0] is None else torch.cat(col)[inverse] for col in zip(*parts, strict=True)]
 
 
 def _top_p_filter(logp: torch.Tensor, top_p: float) -> torch.Tensor:

@@ -28,6 +28,7 @@ import torch
 from algorithms import Algorithm, ConfigError
 from benchmarks import faults
 from benchmarks import metrics as M
+from benchmarks.fastdecode import prefix_hidden, supports_backbone
 from benchmarks.meter import Budget, ComputeMeter, FlopModel
 from benchmarks.modeling import ValueModel
 from benchmarks.rollout import (
@@ -35,6 +36,7 @@ from benchmarks.rollout import (
     RolloutEngine,
     TorchEngine,
     bucketed_logprobs,
+    by_length,
     sequence_inputs,
 )
 from benchmarks.tasks import Task, TaskProblem
@@ -580,11 +582,26 @@ class RLTrainer:
             mask = ro.prompt_mask.long()
             pos = (mask.cumsum(-1) - 1).clamp(min=0)
             return self.critic(ro.prompt_ids, mask, pos)[:, -1]
+        critic = self.critic
+        if supports_backbone(critic.backbone):  # Llama: the policy's fast teacher-forced path
+
+            def values(pi, pm, ri, rm):  # noqa: ANN001, ANN202
+                return (critic.head(prefix_hidden(critic.backbone, pi, pm, ri)).squeeze(-1),)
+
+            (v,) = by_length(
+                values,
+                ro.prompt_ids,
+                ro.prompt_mask,
+                ro.response_ids,
+                ro.response_mask,
+                self.cfg.length_buckets,
+            )
+            return v
         ids, mask, pos = sequence_inputs(
             ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.response_mask
         )
         P, T = ro.prompt_ids.shape[1], ro.response_ids.shape[1]
-        return self.critic(ids, mask, pos)[:, P - 1 : P - 1 + T]
+        return critic(ids, mask, pos)[:, P - 1 : P - 1 + T]
 
     def _train_step(self) -> dict[str, float]:
         alg = self.alg

@@ -300,6 +300,41 @@ def test_critic_is_a_fresh_value_model(name, kind, start, tok, arith):
     assert torch.count_nonzero(v) == 0
 
 
+def test_token_critic_fast_path_gives_hf_values_and_gradients(start, tok, arith, monkeypatch):
+    """PPO's token critic runs the policy's shared-prompt teacher-forced path, in length buckets:
+    its values at every real response position, and every gradient of a masked loss, equal its
+    HF forward's (the path a non-Llama critic takes)."""
+    import benchmarks.trainer as trainer_mod
+    from benchmarks.fastdecode import supports_backbone
+
+    trainer = make_trainer(
+        "ppo", start, tok, arith, Budget(kind="samples", limit=SPS), length_buckets=2
+    )
+    critic = trainer.critic
+    assert supports_backbone(critic.backbone)
+    with torch.no_grad():  # a non-zero head, so the values depend on the hidden states
+        critic.head.weight.normal_(generator=torch.Generator().manual_seed(0))
+        critic.head.bias.fill_(0.1)
+    distinct = ["7=", "1+2=", "3*4-5=", "9-9*9+1=", "4+4=", "0*1*2*3*4=", "5-2=", "8*8+1="]
+    prompts = [p for p in distinct for _ in range(8)]  # 64 rows: two buckets of 32
+    ro = trainer.engine.generate(prompts, temperature=1.5, max_new_tokens=MAX_NEW, seed=3)
+    assert ro.lengths.min() < ro.lengths.max()  # the two buckets are trimmed differently
+    assert (ro.prompt_mask == 0).any()  # left padding really present
+    valid = ro.response_mask.bool()
+    got = {}
+    for name in ("fast", "hf"):
+        if name == "hf":
+            monkeypatch.setattr(trainer_mod, "supports_backbone", lambda backbone: False)
+        critic.zero_grad(set_to_none=True)
+        v = trainer._critic_values(ro)
+        (v * ro.response_mask).pow(2).sum().backward()
+        got[name] = (v.detach(), [p.grad.clone() for p in critic.parameters()])
+    (v_fast, g_fast), (v_hf, g_hf) = got["fast"], got["hf"]
+    torch.testing.assert_close(v_fast[valid], v_hf[valid], atol=1e-5, rtol=0)
+    for a, b in zip(g_fast, g_hf, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
 def test_critic_trains_apart_from_the_policy(start, tok, dense):
     """PPO's critic warm-up: the critic learns from step 0, the actor only from step 1."""
     tracker = NullTracker()
