@@ -33,7 +33,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from benchmarks.rollout import draw_uniforms, past_first_eos
+from benchmarks.rollout import (
+    _top_p_filter,
+    draw_uniforms,
+    past_first_eos,
+    sample_tokens,
+    token_logprobs,
+)
 
 __all__ = ["LlamaDecoder", "prefix_hidden", "prefix_logprobs", "supports", "supports_backbone"]
 
@@ -321,8 +327,6 @@ class LlamaDecoder:
         eos_id: int,
         pad_id: int,
         gen: torch.Generator,
-        top_p_filter,  # noqa: ANN001 - the engine's nucleus filter
-        sampler,  # noqa: ANN001 - the engine's draw from one uniform per row (rollout.sample_tokens)
     ) -> tuple[torch.Tensor, torch.Tensor]:
         W = self._weights()
         device, dtype = prompt_ids.device, W["embed"].dtype
@@ -391,8 +395,8 @@ class LlamaDecoder:
             if temperature == 0:
                 nxt = logp.argmax(-1)
             else:
-                sample_lp = logp if top_p >= 1.0 else top_p_filter(logp, top_p)
-                nxt = sampler(sample_lp, us[t])
+                sample_lp = logp if top_p >= 1.0 else _top_p_filter(logp, top_p)
+                nxt = sample_tokens(sample_lp, us[t])
             lp = logp.gather(-1, nxt.unsqueeze(-1)).squeeze(-1)
             if dropped:
                 ids_out[t].index_copy_(0, rows, nxt)
@@ -453,11 +457,9 @@ def prefix_logprobs(
     """Teacher-forced response log-probs, (B, T), with each distinct prompt run once
     (:func:`prefix_hidden`); only float rounding differs from HF's forward."""
     h = prefix_hidden(model.model, prompt_ids, prompt_mask, response_ids)
-    logits = F.linear(h, model.lm_head.weight)
-    logp_all = torch.log_softmax(logits.float() / max(temperature, 1e-6), dim=-1)
-    logp = logp_all.gather(-1, response_ids.unsqueeze(-1)).squeeze(-1)
-    ent = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
-    return logp, ent
+    return token_logprobs(
+        F.linear(h, model.lm_head.weight), response_ids, temperature, with_entropy
+    )
 
 
 def prefix_hidden(

@@ -27,6 +27,7 @@ __all__ = [
     "draw_uniforms",
     "sample_tokens",
     "sequence_inputs",
+    "token_logprobs",
 ]
 
 
@@ -141,11 +142,21 @@ def response_logprobs(
     logits = model(
         input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=T + 1
     ).logits[:, :-1]  # (B, T, V)
+    return token_logprobs(logits, response_ids, temperature, with_entropy)
+
+
+def token_logprobs(
+    logits: torch.Tensor,  # (B, T, V): position t predicts response token t
+    response_ids: torch.Tensor,  # (B, T)
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Each response token's log-prob at ``temperature`` (in fp32), and optionally the
+    entropy of each position's distribution, (B, T) each: the tail of every teacher-forced
+    pass (HF's forward here, the shared-prompt one in ``fastdecode``)."""
     logp_all = torch.log_softmax(logits.float() / max(temperature, 1e-6), dim=-1)
-    logp = logp_all.gather(-1, response_ids.unsqueeze(-1)).squeeze(-1)  # (B, T)
-    ent = None
-    if with_entropy:
-        ent = -(logp_all.exp() * logp_all).sum(-1)  # (B, T)
+    logp = logp_all.gather(-1, response_ids.unsqueeze(-1)).squeeze(-1)
+    ent = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
     return logp, ent
 
 
@@ -307,8 +318,6 @@ class TorchEngine:
                 eos_id=eos,
                 pad_id=pad,
                 gen=gen,
-                top_p_filter=_top_p_filter,
-                sampler=sample_tokens,
             )
         else:
             response_ids, log_probs = self._hf_loop(
