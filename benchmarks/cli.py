@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -73,11 +74,24 @@ def _cmd_run(overrides: list[str]) -> int:
     ) as e:
         sys.stderr.write(f"sppo-bench: configuration error: {_config_error(e)}\n")
         return 2
-    if cfg.engine.name == "verl":
-        from benchmarks.verl_engine.launch import run_verl_suite
+    try:
+        if cfg.engine.name == "verl":
+            from benchmarks.verl_engine.launch import run_verl_suite
 
-        return run_verl_suite(cfg, plans[0])
-    result = run_grid(cfg, grid) if grid else run_suite(cfg)
+            return run_verl_suite(cfg, plans[0])
+        result = run_grid(cfg, grid) if grid else run_suite(cfg)
+    except KeyboardInterrupt:
+        sys.stderr.write("sppo-bench: interrupted (resume=auto continues where it stopped)\n")
+        return 130
+    except Exception as e:  # noqa: BLE001 - a message for the user; the traceback at DEBUG
+        log.debug("run failed", exc_info=True)
+        from benchmarks.workers import WorkerError
+
+        what = str(e) if isinstance(e, WorkerError) else f"{type(e).__name__}: {e}"
+        sys.stderr.write(
+            f"sppo-bench: run failed: {what}\n(the traceback: SPPO_BENCH_LOG=DEBUG sppo-bench run ...)\n"
+        )
+        return 1
     _print_result(result)
     return 0 if all(r.status == "FINISHED" for r in result.runs) else 1
 
@@ -216,8 +230,10 @@ def _cmd_report(argv: list[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``sppo-bench`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    level = os.environ.get("SPPO_BENCH_LOG", "INFO").upper()
     logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=level if level in logging.getLevelNamesMapping() else "INFO",
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     for noisy in ("alembic", "mlflow", "httpx", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

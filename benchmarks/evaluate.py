@@ -904,6 +904,14 @@ def main(argv: list[str]) -> int:
         return fail(str(e))
     if _looks_local(s.model) and not Path(s.model).expanduser().exists():
         return fail(f"model={s.model}: no such directory")
+    from benchmarks.preflight import PreflightError, check_tracking_uri
+    from benchmarks.tracking import default_tracking_uri
+
+    try:
+        check_tracking_uri(s.tracking.uri or default_tracking_uri())
+    except PreflightError as e:
+        sys.stderr.write(f"sppo-bench eval: cannot start: {e}\n")
+        return 2
     if s.threads:
         torch.set_num_threads(s.threads)
     name = str(Path(s.model).expanduser()) if _looks_local(s.model) else s.model

@@ -51,6 +51,39 @@ class ModelSpec:
     num_heads: int = 4
     intermediate_size: int = 512
     max_position_embeddings: int = 128
+    #: Grouped-query attention: key/value heads (None: one per query head).
+    num_key_value_heads: int | None = None
+
+    def check(self, min_positions: int = 0) -> None:
+        """Raise ``ValueError`` naming the ``model.<field>`` whose value transformers would
+        reject (or that would fail mid-run), so it is a configuration error before any work."""
+        for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"model.{name}={v!r} must be an integer >= 1")
+        if self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"model.hidden_size={self.hidden_size} must be a multiple of "
+                f"model.num_heads={self.num_heads} (each head gets hidden_size / num_heads "
+                f"dimensions), e.g. {self.hidden_size - self.hidden_size % self.num_heads or self.num_heads}"
+            )
+        if (self.hidden_size // self.num_heads) % 2:
+            raise ValueError(
+                f"model.hidden_size / model.num_heads = {self.hidden_size // self.num_heads} "
+                "must be even (rotary position embeddings rotate pairs of dimensions)"
+            )
+        kv = self.num_key_value_heads
+        if kv is not None and (not isinstance(kv, int) or kv < 1 or self.num_heads % kv):
+            raise ValueError(
+                f"model.num_key_value_heads={kv!r} must divide model.num_heads={self.num_heads} "
+                "(each key/value head serves a group of query heads), or be null"
+            )
+        if self.max_position_embeddings < min_positions:
+            raise ValueError(
+                f"model.max_position_embeddings={self.max_position_embeddings} is shorter than the "
+                f"longest prompt plus the response limit ({min_positions} tokens: prompt + "
+                f"max_new_tokens); set model.max_position_embeddings>={min_positions}"
+            )
 
 
 def build_tiny_llama(spec: ModelSpec, vocab_size: int, seed: int):  # noqa: ANN201
@@ -63,7 +96,7 @@ def build_tiny_llama(spec: ModelSpec, vocab_size: int, seed: int):  # noqa: ANN2
         intermediate_size=spec.intermediate_size,
         num_hidden_layers=spec.num_layers,
         num_attention_heads=spec.num_heads,
-        num_key_value_heads=spec.num_heads,
+        num_key_value_heads=spec.num_key_value_heads or spec.num_heads,
         max_position_embeddings=spec.max_position_embeddings,
         tie_word_embeddings=True,
         pad_token_id=0,

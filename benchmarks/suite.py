@@ -182,22 +182,34 @@ def validate(cfg: Any) -> _Plan:
         parse_phases(_as_dict(cfg.warmstart)["phases"])
     except ValueError as e:
         raise ConfigError(str(e)) from e
+    if not real_model:  # transformers' own errors would come from a worker, mid-start
+        longest = max(len(p.prompt) for p in task.eval_problems())  # one token per character
+        try:
+            response = max(int(cfg.task.max_new_tokens), int(cfg.trainer.max_new_tokens))
+            _model_spec(_as_dict(cfg.model)).check(longest + response)
+        except ValueError as e:
+            raise ConfigError(str(e)) from e
     if cfg.engine.name == "torch":  # verl's own `engine.rollout` names verl's backend
         check_rollout_config(cfg.engine)
     return _Plan(built, trainers, budget, seeds, task)
+
+
+def _model_spec(model_cfg: Mapping[str, Any]) -> ModelSpec:
+    return ModelSpec(
+        hidden_size=model_cfg["hidden_size"],
+        num_layers=model_cfg["num_layers"],
+        num_heads=model_cfg["num_heads"],
+        intermediate_size=model_cfg["intermediate_size"],
+        max_position_embeddings=model_cfg["max_position_embeddings"],
+        num_key_value_heads=model_cfg.get("num_key_value_heads"),
+    )
 
 
 def _load_start_model(cfg: Any, seed: int, task: Task, tokenizer) -> tuple[torch.nn.Module, dict]:  # noqa: ANN001
     from benchmarks.warmstart import warm_start
 
     model_cfg = _as_dict(cfg.model)
-    spec = ModelSpec(
-        hidden_size=model_cfg["hidden_size"],
-        num_layers=model_cfg["num_layers"],
-        num_heads=model_cfg["num_heads"],
-        intermediate_size=model_cfg["intermediate_size"],
-        max_position_embeddings=model_cfg["max_position_embeddings"],
-    )
+    spec = _model_spec(model_cfg)
 
     def build() -> torch.nn.Module:
         return build_tiny_llama(spec, len(tokenizer), seed=seed)

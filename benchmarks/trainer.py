@@ -309,17 +309,36 @@ class RLTrainer:
             state = self.checkpointer.load() if self.checkpointer is not None else None
             if state is not None:
                 self.checkpointer.restore(self, state)
-            self._maybe_eval(force_first=True)  # a no-op after a restore (evals restored too)
+            # Each (metric, step) is logged once: a step's evaluation is logged with the step's
+            # own metrics, after it, so the compute counters carry the evaluation's time too.
+            first = self._maybe_eval(force_first=True)  # {} after a restore (evals restored too)
+            if first:
+                self._log(first)
             while self._fits():
                 before = self.budget.spent(self.meter)
                 stats = self._train_step()
                 self._step_cost = max(self._step_cost, self.budget.spent(self.meter) - before)
                 self.step += 1
-                self._log(stats)
-                self._maybe_eval()
+                self._log({**stats, **self._maybe_eval(last=not self._fits())})
                 if self.checkpointer is not None:
                     self.checkpointer.after_step(self)
-            skipped = self.budget.eval_fractions[self._eval_idx : -1]
+            if not self.evals or self.evals[-1][0] < 1.0:  # not even one step fitted the budget
+                self._log(self._maybe_eval(last=True))
+        finally:
+            self.meter.memory.stop()
+        return self.evals
+
+    def _maybe_eval(self, force_first: bool = False, last: bool = False) -> dict[str, float]:
+        """Evaluate if the budget crossed an eval fraction (or this is the ``last`` step: the
+        budget's end, even if the last step could not fill it); returns the metrics to log."""
+        fractions = self.budget.eval_fractions
+        f = 0.0 if force_first else self.budget.fraction(self.meter)
+        crossed = []
+        while self._eval_idx < len(fractions) and f >= fractions[self._eval_idx] - 1e-9:
+            crossed.append(fractions[self._eval_idx])
+            self._eval_idx += 1
+        if last and (crossed[-1] if crossed else -1.0) < 1.0:
+            skipped = fractions[self._eval_idx : -1]
             if skipped:
                 log.warning(
                     "%s: the budget ended at %.3f of its limit (the next step would not fit); "
@@ -328,27 +347,18 @@ class RLTrainer:
                     self.budget.fraction(self.meter),
                     list(skipped),
                 )
-            if not self.evals or self.evals[-1][0] < 1.0:
-                self._eval(1.0)  # the budget's end, even if the last step could not fill it
-        finally:
-            self.meter.memory.stop()
-        return self.evals
-
-    def _maybe_eval(self, force_first: bool = False) -> None:
-        fractions = self.budget.eval_fractions
-        f = 0.0 if force_first else self.budget.fraction(self.meter)
-        crossed = []
-        while self._eval_idx < len(fractions) and f >= fractions[self._eval_idx] - 1e-9:
-            crossed.append(fractions[self._eval_idx])
-            self._eval_idx += 1
+            self._eval_idx = len(fractions)
+            crossed.append(1.0)
         if len(crossed) > 1:
             log.warning(
-                "step %d crossed eval fractions %s at once; evaluating once", self.step, crossed
+                "step %d crossed eval fractions %s at once; evaluating once, as %s",
+                self.step,
+                crossed,
+                crossed[-1],
             )
-        if crossed:
-            self._eval(crossed[-1])
+        return self._eval(crossed[-1]) if crossed else {}
 
-    def _eval(self, fraction: float) -> None:
+    def _eval(self, fraction: float) -> dict[str, float]:
         with self.meter.phase("eval"):
             res = evaluate_greedy(
                 self.engine,
@@ -363,9 +373,7 @@ class RLTrainer:
             M.eval_metric(name, "accuracy"): res.accuracy,
             M.eval_metric(name, "accuracy_se"): res.se,
             M.EVAL_BUDGET_FRACTION: fraction,
-            **self.meter.metrics(),
         }
-        self.tracker.log_metrics(m, step=self.step)
         if fraction >= 1.0 or fraction == 0.0:
             probs = self.task.eval_problems()[: self.cfg.eval_samples_logged]
             self.tracker.log_table(
@@ -383,6 +391,7 @@ class RLTrainer:
             self._log_calibration()
         self.on_progress(self.budget.fraction(self.meter), {"acc": res.accuracy})
         self.on_eval(fraction, res)
+        return m
 
     def _eval_sampled(self, fraction: float) -> None:
         """avg@k and pass@k with sampling, through the same code as ``sppo-bench eval``."""

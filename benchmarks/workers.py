@@ -15,6 +15,7 @@ through one queue, which the parent renders.
 
 from __future__ import annotations
 
+import functools
 import logging
 import logging.handlers
 import multiprocessing as mp
@@ -23,9 +24,10 @@ import pickle
 import queue as queue_mod
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-__all__ = ["parallel_blocker", "resolve_jobs", "run_parallel"]
+__all__ = ["WorkerError", "parallel_blocker", "resolve_jobs", "run_parallel"]
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +104,30 @@ def parallel_blocker(cfg: Any, algorithms: dict[str, Any], *, on_eval: bool) -> 
     return None
 
 
+class WorkerError(RuntimeError):
+    """What a worker raised, as ``Type: message``. The original exception may not survive
+    pickling back to the parent (transformers' validation errors do not), and a failing pool
+    initializer would otherwise reach the user as an opaque ``BrokenProcessPool``."""
+
+
 # ----------------------------------------------------------------------------- worker side
+
+
+def _reported(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a worker task; raise what it (or the worker's start-up) raised as a WorkerError."""
+
+    @functools.wraps(fn)
+    def task(*args: Any) -> Any:
+        if "init_error" in _W:
+            raise WorkerError(_W["init_error"])
+        try:
+            return fn(*args)
+        except WorkerError:
+            raise
+        except Exception as e:
+            raise WorkerError(f"{type(e).__name__}: {e}") from e
+
+    return task
 
 
 class _QueueBar:
@@ -136,9 +161,15 @@ def _die_with_parent() -> None:
 
 
 def _init_worker(resolved: dict, level: int, q: Any, algorithms: dict[str, Any]) -> None:
-    from omegaconf import OmegaConf
-
     _die_with_parent()
+    try:
+        _start_worker(resolved, level, q, algorithms)
+    except Exception as e:  # raised again by the worker's first task (see _reported)
+        _W["init_error"] = f"{type(e).__name__}: {e}"
+
+
+def _start_worker(resolved: dict, level: int, q: Any, algorithms: dict[str, Any]) -> None:
+    from omegaconf import OmegaConf
 
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no bars behind the parent's
     root = logging.getLogger()
@@ -166,6 +197,7 @@ def _tokenizer() -> Any:
     return _W["tok"]
 
 
+@_reported
 def _warm_start(seed: int) -> dict:
     from benchmarks.suite import _load_start_model
 
@@ -173,6 +205,7 @@ def _warm_start(seed: int) -> dict:
     return info
 
 
+@_reported
 def _run(name: str, seed: int, shared: dict) -> Any:
     from mlflow.tracking import MlflowClient
 
@@ -263,6 +296,11 @@ def run_parallel(
                             pending[pool.submit(_run, name, seed, shared)] = ("run", seed, name)
                     else:
                         out[(str(what), seed)] = fut.result()
+        except BrokenProcessPool as e:
+            raise WorkerError(
+                "a worker process died without reporting an error (killed, or out of memory?); "
+                "fewer workers (jobs=1) run everything in this process"
+            ) from e
         except BaseException:
             for fut in pending:
                 fut.cancel()

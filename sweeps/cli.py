@@ -46,7 +46,8 @@ def main(argv: list[str]) -> int:
     from sweeps.runner import run_sweep
     from sweeps.spec import SpecError, load_spec
 
-    args = _parser().parse_args(argv)
+    # Intermixed: Hydra overrides may stand before or after the options.
+    args = _parser().parse_intermixed_args(argv)
     try:
         spec = load_spec(args.spec)
         result = run_sweep(

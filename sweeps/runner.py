@@ -571,6 +571,12 @@ def run_sweep(
     if workers > 1 and not _given(base, "threads"):
         fixed.append(f"threads={max(1, (os.cpu_count() or 1) // workers)}")  # no oversubscription
     configs = check_spec(spec, fixed)  # every remaining spec error, before anything is created
+    from benchmarks.preflight import PreflightError, check_tracking_uri
+
+    try:
+        check_tracking_uri(uri, key="--tracking-uri" if tracking_uri else "tracking.uri")
+    except PreflightError as e:
+        raise SpecError(str(e)) from e
 
     # ---- storage and studies (created once, before any worker)
     direction = spec.objective.direction

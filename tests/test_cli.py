@@ -66,3 +66,57 @@ def test_console_script_is_installed():
         [str(exe), "frobnicate"], capture_output=True, text=True, env={**os.environ}, timeout=120
     )
     assert res.returncode == 2 and "unknown command" in res.stderr
+
+
+def test_sweep_overrides_may_follow_the_options():
+    from sweeps.cli import _parser
+
+    a = _parser().parse_intermixed_args(
+        ["lr_per_algorithm", "--trials", "8", "--workers", "2", "budget.limit=256", "seeds=1"]
+    )
+    assert (a.spec, a.trials, a.workers) == ("lr_per_algorithm", 8, 2)
+    assert a.overrides == ["budget.limit=256", "seeds=1"]
+
+
+def test_the_default_suite_imports_no_optional_engine(tmp_path):
+    """`make run` installs only the core dependencies: the default path (a suite to its report)
+    must not import verl, TRL, lm-eval or vLLM."""
+    script = (
+        "import sys\n"
+        "from benchmarks.cli import main\n"
+        "rc = main(sys.argv[1:])\n"
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'verl', 'trl', 'lm_eval', 'vllm'})\n"
+        "print('HEAVY', heavy)\n"
+        "sys.exit(rc)\n"
+    )
+    micro = [
+        "warmstart.phases=[{steps:5,direct_fraction:0.0}]",
+        "warmstart.val_size=16",
+        "task.eval_size=16",
+        "seeds=1",
+        "trainer.samples_per_step=16",
+        "budget.limit=32",
+        "algorithm.dapo.params.group_size=4",
+        "algorithm.grpo.params.group_size=4",
+        "trainer.calibration_prompts=4",
+        "jobs=1",
+    ]
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            script,
+            "run",
+            *micro,
+            f"tracking.uri=sqlite:///{tmp_path / 'm.db'}",
+            f"cache_dir={tmp_path / 'cache'}",
+            f"output_dir={tmp_path / 'out'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "HEAVY []" in res.stdout, res.stdout[-2000:]
+    assert (tmp_path / "out" / "report" / "report.md").is_file()  # the report ran too

@@ -1,7 +1,12 @@
-"""30 malformed configs, each failing ``sppo-bench run`` with exit status 2 before any compute,
-with a message that names the field, the value and what is allowed."""
+"""Malformed configs and unusable stores, each failing ``sppo-bench run`` with exit status 2
+before any compute, with a message that names the field, the value and what is allowed."""
 
 from __future__ import annotations
+
+import http.server
+import socket
+import threading
+import time
 
 import pytest
 
@@ -56,6 +61,19 @@ CASES = [
     (["engine.name=vllm"], ["engine.name='vllm'", "['torch', 'verl']"]),
     (["resume=sometimes"], ["resume='sometimes'", "['never', 'auto']"]),
     (["plugins=[no_such_module]"], ["plugins", "'no_such_module'"]),
+    # Model shapes transformers would reject inside a worker, or that fail mid-run.
+    (["model.hidden_size=130"], ["model.hidden_size=130", "multiple of model.num_heads=4"]),
+    (["model.num_heads=0"], ["model.num_heads=0", ">= 1"]),
+    (["model.hidden_size=12"], ["model.hidden_size / model.num_heads = 3", "even"]),
+    (["model.num_key_value_heads=3"], ["model.num_key_value_heads=3", "divide model.num_heads=4"]),
+    (
+        ["model.max_position_embeddings=16"],
+        ["model.max_position_embeddings=16", "24 tokens", "max_position_embeddings>=24"],
+    ),
+    (
+        ["task.horizon=12", "trainer.max_new_tokens=120"],
+        ["model.max_position_embeddings=128", "146 tokens"],
+    ),
 ]
 
 
@@ -78,3 +96,70 @@ def test_malformed_config_fails_before_compute(overrides, fragments, tmp_path, c
 
 def test_thirty_or_more_cases():
     assert len(CASES) >= 30
+
+
+def _refused_port() -> int:
+    """A loopback port nothing listens on (bound, then closed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def not_mlflow():
+    """A real HTTP server on loopback that is not MLflow (every path answers 404)."""
+
+    class NotFound(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_error(404)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+# (tracking URI, with {tmp} for the test's directory; fragments the message must contain)
+STORE_CASES = [
+    (
+        "http://127.0.0.1:{refused}",
+        ["tracking.uri=http://127.0.0.1:", "no tracking server", "refused"],
+    ),
+    ("{not_mlflow}", ["tracking.uri=http://127.0.0.1:", "answered HTTP 404", "not an MLflow"]),
+    ("http://", ["tracking.uri=http://", "no host"]),
+    ("{tmp}/mlruns", ["mlruns", "a path", "file store", "sqlite:///<path>"]),
+    ("file://{tmp}/mlruns", ["file://", "a path", "allowed:"]),
+    ("ftp://127.0.0.1/x", ["scheme 'ftp'", "allowed:"]),
+    ("sqlite://", ["tracking.uri=sqlite://", "sqlite:///<path to a .db file>"]),
+    ("sqlite:///{tmp}/notadb.db", ["notadb.db is not a SQLite database"]),
+    ("sqlite:///{tmp}/adir", ["adir is not a file"]),
+    ("sqlite:////proc/sppo.db", ["tracking.uri=sqlite:////proc/sppo.db", "not writable"]),
+    ("postgresql://u@127.0.0.1:{refused}/db", ["tracking.uri=postgresql://", "cannot connect"]),
+]
+
+
+@pytest.mark.parametrize(("uri", "fragments"), STORE_CASES, ids=[c[0] for c in STORE_CASES])
+def test_unusable_store_fails_at_start(uri, fragments, tmp_path, capsys, not_mlflow):
+    (tmp_path / "notadb.db").write_text("not sqlite")
+    (tmp_path / "adir").mkdir()
+    uri = uri.format(tmp=tmp_path, refused=_refused_port(), not_mlflow=not_mlflow)
+    out = [f"output_dir={tmp_path / 'out'}", f"cache_dir={tmp_path / 'cache'}"]
+    t0 = time.monotonic()
+    assert cli_main(["run", *out, f"tracking.uri={uri}"]) == 2
+    assert time.monotonic() - t0 < 60  # the probe's own timeout is 5 s; never MLflow's retries
+    err = capsys.readouterr().err
+    assert "sppo-bench: cannot start: " in err
+    for fragment in fragments:
+        assert fragment in err, f"{fragment!r} not in {err!r}"
+    assert not (tmp_path / "cache" / "warmstart").exists()  # no warm start began
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_bad_tracking_uri_from_the_environment_is_named(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{_refused_port()}")
+    out = [f"output_dir={tmp_path / 'out'}", f"cache_dir={tmp_path / 'cache'}"]
+    assert cli_main(["run", *out]) == 2
+    assert "MLFLOW_TRACKING_URI=http://127.0.0.1:" in capsys.readouterr().err

@@ -76,6 +76,18 @@ def test_compute_counters_monotone_and_within_budget(micro_suite):
         assert samples == cfg.budget.limit
 
 
+def test_each_metric_is_logged_once_per_step(micro_suite):
+    """Two values at one step draw a vertical jump in MLflow's charts: every (key, step) once."""
+    result, _ = micro_suite
+    client, runs = _children(result)
+    for r in runs:
+        keys = [k for k in r.data.metrics if k.startswith(("compute/", "eval/", "train/"))]
+        assert M.COMPUTE_FLOPS in keys and M.wall_phase("eval") in keys
+        for key in keys:
+            steps = [m.step for m in client.get_metric_history(r.info.run_id, key)]
+            assert len(steps) == len(set(steps)), (r.data.tags[M.TAG_ALGORITHM], key, steps)
+
+
 def test_table_artifacts_and_plot(micro_suite):
     result, _ = micro_suite
     client, runs = _children(result)

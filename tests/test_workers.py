@@ -172,3 +172,33 @@ def _zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
+
+
+def test_an_error_in_a_worker_reaches_the_user_as_its_message(tmp_path, monkeypatch, capsys):
+    """A worker's start-up fails (a plugin that raises only in a spawned process): the user reads
+    that exception's message, not ``BrokenProcessPool`` and not a traceback."""
+    (tmp_path / "boom_in_worker.py").write_text(
+        "import multiprocessing\n"
+        "if multiprocessing.parent_process() is not None:\n"
+        "    raise ValueError('boom: raised in a worker process')\n"
+    )
+    monkeypatch.chdir(tmp_path)  # plugins are imported from the working directory
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from benchmarks.cli import main
+
+    code = main(
+        [
+            "run",
+            *MICRO,
+            "jobs=2",
+            "algorithm=[grpo,sppo]",  # two runs: two workers
+            "plugins=[boom_in_worker]",
+            f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+            f"cache_dir={tmp_path / 'cache'}",
+            f"output_dir={tmp_path / 'out'}",
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert "sppo-bench: run failed: ValueError: boom: raised in a worker process" in err
+    assert "BrokenProcessPool" not in err and "Traceback" not in err
