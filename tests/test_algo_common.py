@@ -61,14 +61,18 @@ def test_masked_whiten_hand():
 
 def test_masked_whiten_matches_verl_formula():
     g = torch.Generator().manual_seed(0)
-    values = torch.randn(4, 6, generator=g)
+    values = torch.randn(4, 6, generator=g, dtype=torch.float64)  # same maths: float64
     mask = torch.rand(4, 6, generator=g) > 0.3
-    m = mask.float()
+    m = mask.double()
     # verl: masked_mean = sum(x * m) / (sum(m) + 1e-8); var unbiased; (x - mean) * rsqrt(var + 1e-8)
     mean = (values * m).sum() / m.sum()
     var = (((values - mean) ** 2) * m).sum() / m.sum() * m.sum() / (m.sum() - 1)
     expected = (values - mean) * torch.rsqrt(var + 1e-8) * m
-    assert torch.allclose(masked_whiten(values, mask), expected, atol=1e-5)
+    out = masked_whiten(values, mask)
+    assert out.dtype == torch.float64
+    # float64 sums of <= 24 terms of magnitude <= 3 round to <= 24 * eps64 * 3 ~ 1.6e-14 in any
+    # order: 1e-12 holds on any CPU, far below a wrong mean, variance or mask (>= 1e-2)
+    assert torch.allclose(out, expected, rtol=0, atol=1e-12)
 
 
 # --- agg_loss -------------------------------------------------------------------------------

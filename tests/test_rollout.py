@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _tolerances import logprob_atol
 
 from benchmarks.modeling import ModelSpec, build_tiny_llama
 from benchmarks.rollout import (
@@ -67,7 +68,8 @@ def test_sampling_logprobs_equal_recomputed(model, engine, temperature):
         )
     valid = ro.response_mask.bool()
     assert valid.sum() > 50
-    torch.testing.assert_close(ro.log_probs[valid], lp[valid], atol=1e-5, rtol=0)
+    # fp32 decoder vs HF's teacher-forced forward: rounding of the model's widest sums
+    torch.testing.assert_close(ro.log_probs[valid], lp[valid], atol=logprob_atol(model), rtol=0)
     # Padding positions carry exactly 0 in the rollout.
     assert (ro.log_probs[~valid] == 0).all()
     # The entropy is that of the same tempered distribution: 0 < H <= log V.
@@ -116,7 +118,8 @@ def test_padded_sampling_logprobs_equal_unpadded_recomputation(model, engine):
                 ro.response_ids[i : i + 1, :n],
                 ro.response_mask[i : i + 1, :n],
             )
-        torch.testing.assert_close(ro.log_probs[i, :n], lp[0], atol=1e-5, rtol=0)
+        # padded batch vs one unpadded row (other shapes): rounding of the model's widest sums
+        torch.testing.assert_close(ro.log_probs[i, :n], lp[0], atol=logprob_atol(model), rtol=0)
 
 
 def test_greedy_is_argmax_of_teacher_forced_logits(model, engine):
@@ -299,7 +302,10 @@ def test_top_p_first_token_frequencies_match_renormalised_nucleus(model, engine)
     assert (counts - expected).abs().max() < 0.03
     # Log-probs returned are those of the unfiltered tempered distribution (what the trainer
     # recomputes), not of the renormalised nucleus.
-    torch.testing.assert_close(ro.log_probs[:, 0], logp[ro.response_ids[:, 0]], atol=1e-5, rtol=0)
+    # fp32 decoder vs HF's full forward: rounding of the model's widest sums (logprob_atol)
+    torch.testing.assert_close(
+        ro.log_probs[:, 0], logp[ro.response_ids[:, 0]], atol=logprob_atol(model), rtol=0
+    )
 
 
 def test_tiny_top_p_is_greedy(engine):
@@ -352,7 +358,11 @@ def test_cat_repads_and_preserves_logprobs(model, engine, tok):
     for src, sl in ((a, slice(0, 2)), (b, slice(2, 5))):
         t = src.response_ids.shape[1]
         m = src.response_mask.bool()
-        torch.testing.assert_close(lp_c[sl, :t][m], recompute(src)[m], atol=1e-5, rtol=0)
+        # the same rows re-scored in another padding/shape: rounding of the model's widest sums
+        torch.testing.assert_close(
+            lp_c[sl, :t][m], recompute(src)[m], atol=logprob_atol(model), rtol=0
+        )
+        # cat copies the stored log-probs: bit-identical, not a rounding claim
         torch.testing.assert_close(c.log_probs[sl, :t][m], src.log_probs[m], atol=0, rtol=0)
     assert (c.log_probs[~c.response_mask.bool()] == 0).all()
 

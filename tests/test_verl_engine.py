@@ -16,6 +16,7 @@ import textwrap
 import numpy as np
 import pytest
 import torch
+from _tolerances import fp_tol
 from conftest import DATA_DIR, REPO
 
 pytest.importorskip("verl")
@@ -29,24 +30,37 @@ from benchmarks.verl_engine import plugin  # noqa: E402
 from benchmarks.verl_engine.translate import ALGORITHM_ENV, NO_DUAL_CLIP  # noqa: E402
 
 SEEDS = [0, 1, 2]
-TOL = dict(atol=1e-6, rtol=1e-6)
+#: Ours vs verl's functions: the same maths, so compared in float64 (in fp32 the two
+#: implementations' summation orders differ by CPU kind). Float64 rounding of these means and
+#: discounted sums of <= 108 terms (B * T), sum|terms| <= 30, is <= fp_tol(108, 30, float64) ~
+#: 7e-13 in any order (GRPO's 1 / (std + 1e-6), std >= 0.4 here, adds x3). Above that only
+#: verl's own epsilon: its masked_mean divides by sum(mask) + 1e-8, a relative 1e-8 / n on means
+#: of n >= 1 terms of magnitude <= 5 (<= 5e-8; seen: 1.6e-9 on seq-mean losses, 2.8e-10 on
+#: whitened GAE advantages). 1e-7 covers both, far below a wrong group, sign, clip branch or
+#: normalisation (>= 1e-2).
+TOL = dict(atol=1e-7, rtol=0.0)
+#: The plugin's verl-facing pieces compute in fp32 by design (their ``.float()``: rewards in
+#: make_estimator and sppo_advantages, value logits in prompt_value_loss): fp32 means of <= 12
+#: terms, results of magnitude <= 4 -> fp_tol(12, 4) ~ 5.7e-6 (observed <= 1e-7).
+FP32_PLUGIN_TOL = dict(atol=fp_tol(12, scale=4.0), rtol=0.0)
 
 
 def _batch(seed: int, b: int = 12, t: int = 9, groups: int = 3):
-    """Random right-padded batch: rewards on the last valid token, uids, values, log-probs
-    (padding holds random finite garbage, as verl's buffers may)."""
+    """Random right-padded batch, in float64 (see TOL): rewards on the last valid token, uids,
+    values, log-probs (padding holds random finite garbage, as verl's buffers may)."""
     g = torch.Generator().manual_seed(seed)
+    f64 = dict(generator=g, dtype=torch.float64)
     lengths = torch.randint(1, t + 1, (b,), generator=g)
-    mask = (torch.arange(t)[None, :] < lengths[:, None]).float()  # (B, T)
-    rewards = torch.randint(0, 2, (b,), generator=g).float() + 0.1 * torch.randn(b, generator=g)
-    token_rewards = torch.zeros(b, t)
+    mask = (torch.arange(t)[None, :] < lengths[:, None]).double()  # (B, T)
+    rewards = torch.randint(0, 2, (b,), generator=g).double() + 0.1 * torch.randn(b, **f64)
+    token_rewards = torch.zeros(b, t, dtype=torch.float64)
     token_rewards[torch.arange(b), lengths - 1] = rewards
     group = torch.randint(0, groups, (b,), generator=g)
     uids = np.array([f"uid-{int(i)}" for i in group], dtype=object)
-    values = torch.randn(b, t, generator=g)
-    logp = -torch.rand(b, t, generator=g) * 3
-    old = logp + 0.3 * torch.randn(b, t, generator=g)
-    adv = torch.randn(b, t, generator=g) * mask
+    values = torch.randn(b, t, **f64)
+    logp = -torch.rand(b, t, **f64) * 3
+    old = logp + 0.3 * torch.randn(b, t, **f64)
+    adv = torch.randn(b, t, **f64) * mask
     return mask, rewards, token_rewards, group, uids, values, logp, old, adv
 
 
@@ -72,7 +86,7 @@ def test_rloo_equals_verl_and_the_wrapper_too(seed):
     torch.testing.assert_close(ours, theirs, **TOL)
     # the registry wrapper verl would call for a user algorithm (uids -> group ids)
     wrapped, returns = plugin.make_estimator("rloo")(token_rewards, mask, index=uids)
-    torch.testing.assert_close(wrapped, theirs, **TOL)
+    torch.testing.assert_close(wrapped, theirs, **FP32_PLUGIN_TOL)  # the wrapper works in fp32
     torch.testing.assert_close(returns, wrapped)
 
 
@@ -93,7 +107,8 @@ def test_gae_equals_verl(seed, gamma, lam):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_remax_equals_verl(seed):
     mask, rewards, token_rewards, *_ = _batch(seed)
-    baseline = torch.rand(rewards.shape, generator=torch.Generator().manual_seed(seed + 9))
+    g = torch.Generator().manual_seed(seed + 9)
+    baseline = torch.rand(rewards.shape, generator=g, dtype=torch.float64)
     ours, _ = get_algorithm("remax").advantages(rewards, mask, None, baseline_rewards=baseline)
     theirs, _ = core_algos.compute_remax_outcome_advantage(token_rewards, baseline, mask)
     torch.testing.assert_close(ours, theirs * mask, **TOL)
@@ -133,6 +148,8 @@ def test_clipped_policy_loss_equals_verl_vanilla(seed, mode, low, high, c):
         old, logp, adv, mask, loss_agg_mode=mode, config=cfg
     )
     torch.testing.assert_close(loss, theirs, **TOL)
+    # Fractions of <= 108 tokens and a float64 mean: 1e-6 is loose on rounding (<= 1e-7, see
+    # TOL) yet far below one token counted wrong (1 / 108 ~ 9e-3)
     assert metrics["train/clip_frac"] == pytest.approx(their_metrics["actor/pg_clipfrac"], abs=1e-6)
     assert metrics["train/approx_kl"] == pytest.approx(their_metrics["actor/ppo_kl"], abs=1e-6)
     if c is not None:
@@ -170,8 +187,8 @@ def test_sppo_advantage_reads_the_prompt_value_at_position_zero():
         get_algorithm("sppo"), token_rewards, values, mask
     )
     expected = (rewards - torch.sigmoid(values[:, 0]))[:, None] * mask
-    torch.testing.assert_close(adv, expected, **TOL)
-    torch.testing.assert_close(returns[:, 0], rewards)
+    torch.testing.assert_close(adv, expected, **FP32_PLUGIN_TOL)  # computed in fp32
+    torch.testing.assert_close(returns[:, 0], rewards, **FP32_PLUGIN_TOL)
     assert set(metrics) >= {"critic/loss", "critic/value_mean", "critic/calibration_error"}
 
 
@@ -207,11 +224,11 @@ def test_prompt_value_loss_is_bce_at_the_last_prompt_token():
     tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=None, global_batch_size=None)
     loss, metrics = plugin.prompt_value_loss(None, {"values": _nested(outputs)}, data)
     expected = torch.nn.functional.binary_cross_entropy_with_logits(logits, targets)
-    torch.testing.assert_close(loss, expected, **TOL)
+    torch.testing.assert_close(loss, expected, **FP32_PLUGIN_TOL)  # the plugin works in fp32
     # global normalisation: this rank's sequences over the global batch, times dp_size
     tu.assign_non_tensor(data, dp_size=2, global_batch_size=12)
     loss2, _ = plugin.prompt_value_loss(None, {"values": _nested(outputs)}, data)
-    torch.testing.assert_close(loss2, expected * 3 / 12 * 2, **TOL)
+    torch.testing.assert_close(loss2, expected * 3 / 12 * 2, **FP32_PLUGIN_TOL)
 
 
 # --- translation refusals (no verl needed) ---------------------------------------------------
