@@ -152,7 +152,12 @@ def _print_result(result) -> None:  # noqa: ANN001
     console.print(
         f"MLflow:  {result.tracking_uri}  (experiment '{result.experiment}', parent run {result.parent_run_id})"
     )
-    console.print(f"open it: mlflow ui --backend-store-uri {result.tracking_uri}")
+    console.print(f"open it: mlflow ui --backend-store-uri {result.tracking_uri}", soft_wrap=True)
+    exp_id = getattr(result, "experiment_id", None)
+    if exp_id is not None:
+        from benchmarks.tracking import ui_runs_url
+
+        console.print(f"runs:    {ui_runs_url(result.tracking_uri, exp_id)}", soft_wrap=True)
 
 
 def _cmd_algorithms() -> int:

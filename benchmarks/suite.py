@@ -66,6 +66,7 @@ class SuiteResult:
     report: Path | None = None
     wall_s: float = 0.0
     warmstart: dict[str, Any] = field(default_factory=dict)
+    experiment_id: str | None = None
 
 
 @dataclass
@@ -318,7 +319,7 @@ def run_suite(
         **({"horizon": str(cfg.task.horizon)} if cfg.task.name == "arith" else {}),
         **dict(extra_tags or {}),
     }
-    result = SuiteResult([], uri, exp_name, parent_run_id, out_dir)
+    result = SuiteResult([], uri, exp_name, parent_run_id, out_dir, experiment_id=exp_id)
     chash = ckpt.config_hash(resolved)
     previous = None
     if parent_run_id is None and cfg.get("resume", "never") == "auto":
@@ -503,7 +504,7 @@ def run_grid(cfg: Any, points: Sequence[tuple[Any, Any]], *, progress: bool = Tr
     resolved = OmegaConf.to_container(cfg, resolve=True)
     out_dir = Path(cfg.output_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
-    result = SuiteResult([], uri, str(cfg.tracking.experiment), None, out_dir)
+    result = SuiteResult([], uri, str(cfg.tracking.experiment), None, out_dir, experiment_id=exp_id)
     with MlflowTracker.start(
         client,
         exp_id,

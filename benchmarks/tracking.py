@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 __all__ = [
+    "EXPERIMENT_KIND",
+    "EXPERIMENT_KIND_TAG",
     "MlflowTracker",
     "NullTracker",
     "Tracker",
@@ -31,10 +33,19 @@ __all__ = [
     "git_commit",
     "prepare_store",
     "retry_locked",
+    "ui_runs_url",
 ]
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
+
+#: MLflow 3's experiment-type tag, set on every experiment the suite creates: a training
+#: experiment. (The 3.17 UI picks an experiment's pages from its sidebar switch, "GenAI" or
+#: "Model training", not from this tag: see the README, "Comparing runs in the MLflow UI".)
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+#: Where ``mlflow ui`` (and ``mlflow server``) listen when started without ``--host``/``--port``.
+DEFAULT_UI = "http://127.0.0.1:5000"
 
 
 def _locked(e: BaseException | None) -> bool:
@@ -102,7 +113,10 @@ def _artifact_root(uri: str) -> str | None:
 
 def prepare_store(uri: str, experiment: str) -> str:
     """Create the store and the experiment once, before any run or worker starts (SQLite races
-    on its first migration), and fail early if the store cannot be written. Returns its id."""
+    on its first migration), and fail early if the store cannot be written. Returns its id.
+
+    The experiment is tagged :data:`EXPERIMENT_KIND_TAG` = :data:`EXPERIMENT_KIND` (an existing
+    one that lacks the tag gets it; one tagged with another kind is left as it is)."""
     import mlflow
     from mlflow.tracking import MlflowClient
 
@@ -117,14 +131,33 @@ def prepare_store(uri: str, experiment: str) -> str:
     if exp is None:
         try:
             return retry_locked(
-                lambda: client.create_experiment(experiment, artifact_location=_artifact_root(uri)),
+                lambda: client.create_experiment(
+                    experiment,
+                    artifact_location=_artifact_root(uri),
+                    tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND},
+                ),
                 "create experiment",
             )
         except Exception:  # another process created it first
             exp = client.get_experiment_by_name(experiment)
             if exp is None:
                 raise
+    if EXPERIMENT_KIND_TAG not in exp.tags:  # created before the tag, or by another tool
+        exp_id = exp.experiment_id
+        retry_locked(
+            lambda: client.set_experiment_tag(exp_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND),
+            "tag experiment",
+        )
     return exp.experiment_id
+
+
+def ui_runs_url(tracking_uri: str, experiment_id: str, base: str | None = None) -> str:
+    """The MLflow UI page that lists an experiment's runs: on the tracking server itself for an
+    http(s) store, else on ``base`` (default: ``mlflow ui`` at its default address)."""
+    if base is None:
+        web = tracking_uri.startswith(("http://", "https://"))
+        base = tracking_uri if web else DEFAULT_UI
+    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs"
 
 
 def flatten(cfg: Mapping[str, Any], prefix: str = "") -> dict[str, str]:

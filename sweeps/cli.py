@@ -111,4 +111,17 @@ def _print(result) -> None:  # noqa: ANN001 - SweepResult
         f"MLflow:    {result.tracking_uri} (experiment '{result.experiment}', "
         f"sweep run {result.parent_run_id})"
     )
-    console.print(f"open it:   mlflow ui --backend-store-uri {result.tracking_uri}")
+    console.print(f"open it:   mlflow ui --backend-store-uri {result.tracking_uri}", soft_wrap=True)
+    from benchmarks.tracking import ui_runs_url
+
+    exp_id = getattr(result, "experiment_id", None)
+    if exp_id is None:
+        try:  # SweepResult names the experiment; its id is one cheap look-up away
+            from mlflow.tracking import MlflowClient
+
+            exp = MlflowClient(result.tracking_uri).get_experiment_by_name(result.experiment)
+            exp_id = None if exp is None else exp.experiment_id
+        except Exception as e:  # printing must not fail a finished sweep
+            log.debug("experiment %r: no id (%s)", result.experiment, e)
+    if exp_id is not None:
+        console.print(f"runs:      {ui_runs_url(result.tracking_uri, exp_id)}", soft_wrap=True)
