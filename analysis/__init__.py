@@ -1,6 +1,6 @@
 """sppo-bench analysis: MLflow runs -> tidy pandas -> figures, fits, tables, report.
 
-Reads only MLflow and the metric schema (:mod:`benchmarks.metrics`); never imports torch, so a
+Reads only MLflow and the metric schema (:mod:`benchmarks.telemetry.metrics`); never imports torch, so a
 notebook or CI job can analyse a store without the training stack. Typical use::
 
     from analysis import load_runs, eval_points, plot_panels, write_report

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.metrics import (
+from benchmarks.telemetry.metrics import (
     COMPUTE_FLOPS,
     COMPUTE_PROMPTS,
     COMPUTE_ROLLOUT_SAMPLES,

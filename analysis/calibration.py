@@ -24,7 +24,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
-from benchmarks.metrics import CRITIC_CALIBRATION
+from benchmarks.telemetry.metrics import CRITIC_CALIBRATION
 
 from ._common import algorithm_colors, order_algorithms
 
@@ -38,7 +38,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: Artifact the trainer logs at the end of a prompt-critic run (see benchmarks/trainer.py).
+#: Artifact the trainer logs at the end of a prompt-critic run (see benchmarks/training/trainer.py).
 CALIBRATION_ARTIFACT = "critic_calibration.json"
 _IDENTITY = ("algorithm", "seed", "task", "horizon")
 _COLUMNS = ("run_id", *_IDENTITY, "prompt", "predicted", "empirical", "k")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from benchmarks.metrics import (
+from benchmarks.telemetry.metrics import (
     COMPUTE_FLOPS,
     COMPUTE_PROMPTS,
     COMPUTE_ROLLOUT_SAMPLES,

@@ -25,7 +25,7 @@ from urllib.parse import quote
 import numpy as np
 import pandas as pd
 
-from benchmarks.metrics import (
+from benchmarks.telemetry.metrics import (
     EVAL_BUDGET_FRACTION,
     TAG_ALGORITHM,
     TAG_BUDGET_KIND,

@@ -23,7 +23,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, FuncFormatter
 from scipy.stats import norm
 
-from benchmarks.metrics import (
+from benchmarks.telemetry.metrics import (
     COMPUTE_FLOPS,
     COMPUTE_ROLLOUT_SAMPLES,
     CRITIC_EXPLAINED_VAR,

@@ -43,8 +43,9 @@ def _cmd_run(overrides: list[str]) -> int:
     from omegaconf.errors import OmegaConfBaseException
 
     from algorithms import ConfigError
-    from benchmarks.preflight import PreflightError, preflight
-    from benchmarks.suite import grid_configs, run_grid, run_suite, validate
+    from benchmarks.suite.plan import validate
+    from benchmarks.suite.preflight import PreflightError, preflight
+    from benchmarks.suite.run import grid_configs, run_grid, run_suite
 
     if "--dry-run" in overrides:  # engine=verl: print the verl commands, launch nothing
         overrides = [o for o in overrides if o != "--dry-run"] + ["++engine.dry_run=true"]
@@ -85,7 +86,7 @@ def _cmd_run(overrides: list[str]) -> int:
         return 130
     except Exception as e:  # noqa: BLE001 - a message for the user; the traceback at DEBUG
         log.debug("run failed", exc_info=True)
-        from benchmarks.workers import WorkerError
+        from benchmarks.suite.workers import WorkerError
 
         what = str(e) if isinstance(e, WorkerError) else f"{type(e).__name__}: {e}"
         sys.stderr.write(
@@ -100,7 +101,7 @@ def _print_result(result) -> None:  # noqa: ANN001
     from rich.console import Console
     from rich.table import Table
 
-    from benchmarks import metrics as M
+    from benchmarks.telemetry import metrics as M
 
     console = Console(width=None if sys.stdout.isatty() else 120)
     table = Table(title=f"sppo-bench suite ({result.experiment}), {result.wall_s:.0f} s")
@@ -155,7 +156,7 @@ def _print_result(result) -> None:  # noqa: ANN001
     console.print(f"open it: mlflow ui --backend-store-uri {result.tracking_uri}", soft_wrap=True)
     exp_id = getattr(result, "experiment_id", None)
     if exp_id is not None:
-        from benchmarks.tracking import ui_runs_url
+        from benchmarks.telemetry.tracking import ui_runs_url
 
         console.print(f"runs:    {ui_runs_url(result.tracking_uri, exp_id)}", soft_wrap=True)
 
@@ -185,8 +186,8 @@ def _cmd_report(argv: list[str]) -> int:
     from mlflow.tracking import MlflowClient
 
     from analysis import load_runs, log_report_to_mlflow, write_report
-    from benchmarks.metrics import TAG_ROLE
-    from benchmarks.tracking import default_tracking_uri
+    from benchmarks.telemetry.metrics import TAG_ROLE
+    from benchmarks.telemetry.tracking import default_tracking_uri
 
     p = argparse.ArgumentParser(prog="sppo-bench report")
     g = p.add_mutually_exclusive_group()
@@ -255,11 +256,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return sweep_main(rest)
     if cmd == "eval":
-        from benchmarks.evaluate import main as eval_main
+        from benchmarks.evaluation.cli import main as eval_main
 
         return eval_main(rest)
     if cmd == "bench":
-        from benchmarks.bench import main as bench_main
+        from benchmarks.bench.run import main as bench_main
 
         return bench_main(rest)
     if cmd in ("-h", "--help", "help"):

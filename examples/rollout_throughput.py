@@ -37,10 +37,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1)
     a = p.parse_args(argv)
 
-    from benchmarks.modeling import ModelSpec, build_char_tokenizer, build_tiny_llama
-    from benchmarks.rollout import TorchEngine
-    from benchmarks.tasks import ArithTask
-    from benchmarks.vllm_engine import VllmEngine
+    from benchmarks.engines.torch_engine import TorchEngine
+    from benchmarks.engines.vllm_engine import VllmEngine
+    from benchmarks.tasks.arith import ArithTask
+    from benchmarks.training.modeling import ModelSpec, build_char_tokenizer, build_tiny_llama
 
     torch.set_num_threads(a.threads)
     tok = build_char_tokenizer(ArithTask.alphabet)

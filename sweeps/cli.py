@@ -112,7 +112,7 @@ def _print(result) -> None:  # noqa: ANN001 - SweepResult
         f"sweep run {result.parent_run_id})"
     )
     console.print(f"open it:   mlflow ui --backend-store-uri {result.tracking_uri}", soft_wrap=True)
-    from benchmarks.tracking import ui_runs_url
+    from benchmarks.telemetry.tracking import ui_runs_url
 
     exp_id = getattr(result, "experiment_id", None)
     if exp_id is None:

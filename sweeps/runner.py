@@ -45,7 +45,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.tracking import retry_locked
+from benchmarks.telemetry.tracking import retry_locked
 from sweeps.spec import SAMPLERS, SpecError, SweepSpec, check_spec, trial_overrides
 
 __all__ = [
@@ -164,8 +164,8 @@ class _Objective:
     def __call__(self, trial: Any) -> float:
         import optuna
 
-        from benchmarks.cli import compose_config
-        from benchmarks.suite import run_suite
+        from benchmarks.config import compose_config
+        from benchmarks.suite.run import run_suite
 
         spec = self.ctx.spec
         try:
@@ -236,7 +236,7 @@ class MlflowTrialCallback:
         from mlflow.tracking import MlflowClient
         from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
-        from benchmarks import metrics as M
+        from benchmarks.telemetry import metrics as M
 
         client = MlflowClient(self.tracking_uri)
         state = trial.state.name
@@ -487,9 +487,10 @@ def _prewarm(cfg: Any) -> None:
     try:
         import torch
 
-        from benchmarks.modeling import build_char_tokenizer
-        from benchmarks.suite import _load_start_model
-        from benchmarks.tasks import ArithTask, build_task
+        from benchmarks.suite.run_one import load_start_model
+        from benchmarks.tasks.arith import ArithTask
+        from benchmarks.tasks.build import build_task
+        from benchmarks.training.modeling import build_char_tokenizer
 
         if (
             cfg.model.name_or_path is not None
@@ -501,7 +502,7 @@ def _prewarm(cfg: Any) -> None:
         task = build_task(cfg.task)
         tokenizer = build_char_tokenizer(ArithTask.alphabet)
         try:
-            _load_start_model(cfg, int(cfg.seed), task, tokenizer)
+            load_start_model(cfg, int(cfg.seed), task, tokenizer)
         finally:
             close = getattr(task, "close", None)
             if close:
@@ -535,8 +536,8 @@ def run_sweep(
     import optuna
     from mlflow.tracking import MlflowClient
 
-    from benchmarks import metrics as M
-    from benchmarks.tracking import default_tracking_uri, flatten, prepare_store
+    from benchmarks.telemetry import metrics as M
+    from benchmarks.telemetry.tracking import default_tracking_uri, flatten, prepare_store
 
     t0 = time.perf_counter()
     if extra_overrides:
@@ -552,7 +553,7 @@ def run_sweep(
         raise SpecError(f"--study-name={name!r}: use letters, digits, '_', '.' or '-'")
     base = spec.base_overrides
     storage = storage or f"sqlite:///{Path.cwd() / 'optuna.db'}"
-    from benchmarks.cli import compose_config
+    from benchmarks.config import compose_config
 
     try:
         base_cfg = compose_config([*base, *spec.budget, f"algorithm=[{spec.algorithms[0]}]"])
@@ -571,7 +572,7 @@ def run_sweep(
     if workers > 1 and not _given(base, "threads"):
         fixed.append(f"threads={max(1, (os.cpu_count() or 1) // workers)}")  # no oversubscription
     configs = check_spec(spec, fixed)  # every remaining spec error, before anything is created
-    from benchmarks.preflight import PreflightError, check_tracking_uri
+    from benchmarks.suite.preflight import PreflightError, check_tracking_uri
 
     try:
         check_tracking_uri(uri, key="--tracking-uri" if tracking_uri else "tracking.uri")

@@ -615,8 +615,8 @@ def check_spec(spec: SweepSpec, fixed: Sequence[str] = ()) -> dict[str, Any]:
     from omegaconf.errors import OmegaConfBaseException
 
     from algorithms import algorithm_class
-    from benchmarks.cli import compose_config
-    from benchmarks.suite import validate
+    from benchmarks.config import compose_config
+    from benchmarks.suite.plan import validate
 
     errors = (HydraException, OmegaConfBaseException, ValueError, KeyError)
     configs: dict[str, Any] = {}

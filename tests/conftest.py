@@ -48,8 +48,8 @@ def one_thread():
 @pytest.fixture(scope="module")
 def tok():
     """The character tokenizer of the `arith` task."""
-    from benchmarks.modeling import build_char_tokenizer
-    from benchmarks.tasks import ArithTask
+    from benchmarks.tasks.arith import ArithTask
+    from benchmarks.training.modeling import build_char_tokenizer
 
     return build_char_tokenizer(ArithTask.alphabet)
 
@@ -57,8 +57,8 @@ def tok():
 @pytest.fixture(scope="session")
 def micro_suite(tmp_path_factory):
     """Run the four default algorithms once at a micro budget; yields (result, config)."""
-    from benchmarks.cli import compose_config
-    from benchmarks.suite import run_suite
+    from benchmarks.config import compose_config
+    from benchmarks.suite.run import run_suite
 
     root = tmp_path_factory.mktemp("micro_suite")
     uri = f"sqlite:///{root / 'mlflow.db'}"

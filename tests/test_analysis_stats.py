@@ -22,7 +22,7 @@ from analysis import (
     to_latex,
     to_markdown,
 )
-from benchmarks.metrics import COMPUTE_ROLLOUT_TOKENS
+from benchmarks.telemetry.metrics import COMPUTE_ROLLOUT_TOKENS
 
 # --- bootstrap --------------------------------------------------------------------------------
 

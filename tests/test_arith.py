@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from benchmarks.tasks import ArithTask, TaskProblem
+from benchmarks.tasks.arith import ArithTask
+from benchmarks.tasks.base import TaskProblem
 
 HORIZONS = (1, 2, 3, 8)
 OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}

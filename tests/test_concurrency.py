@@ -20,7 +20,7 @@ WORKER = r"""
 import sys
 import optuna
 from mlflow.tracking import MlflowClient
-from benchmarks.tracking import MlflowTracker, prepare_store
+from benchmarks.telemetry.tracking import MlflowTracker, prepare_store
 from sweeps.runner import make_storage
 
 uri, storage = sys.argv[1], sys.argv[2]
@@ -45,7 +45,7 @@ def test_four_processes_lose_no_run_metric_or_trial(tmp_path):
     import optuna
     from mlflow.tracking import MlflowClient
 
-    from benchmarks.tracking import prepare_store
+    from benchmarks.telemetry.tracking import prepare_store
     from sweeps.runner import make_storage
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -105,7 +105,7 @@ def test_metrics_wait_out_a_held_lock(tmp_path):
     doubled (MLflow's SQLite busy timeout is 20 s; retry_locked covers longer locks)."""
     from mlflow.tracking import MlflowClient
 
-    from benchmarks.tracking import MlflowTracker, prepare_store
+    from benchmarks.telemetry.tracking import MlflowTracker, prepare_store
 
     db = tmp_path / "mlflow.db"
     uri = f"sqlite:///{db}"
@@ -127,7 +127,7 @@ def test_metrics_wait_out_a_held_lock(tmp_path):
 def test_retry_locked_outlasts_a_lock_beyond_the_busy_timeout(tmp_path, caplog):
     """A real 'database is locked' (busy timeout 0 here, standing for one that ran out) is
     retried with backoff until the lock is gone; the write lands exactly once."""
-    from benchmarks.tracking import retry_locked
+    from benchmarks.telemetry.tracking import retry_locked
 
     db = tmp_path / "x.db"
     with sqlite3.connect(db) as c:

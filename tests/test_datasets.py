@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.datasets import (
+from benchmarks.tasks.datasets import (
     DATA_DIR_ENV,
     DATASETS,
     PROMPT_TEMPLATES,
@@ -127,7 +127,7 @@ def test_env_var_and_limit(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @needs_data
 def test_empty_answers_are_skipped_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="benchmarks.datasets"):
+    with caplog.at_level(logging.WARNING, logger="benchmarks.tasks.datasets"):
         problems = load_dataset("math", data_dir=DATA_DIR)
     ids = {p.id for p in problems}
     assert "train/number_theory/7115.json" not in ids

@@ -18,19 +18,12 @@ import torch
 import yaml
 from conftest import DATA_DIR
 
-from benchmarks import metrics as M
-from benchmarks.datasets import DATASETS
-from benchmarks.evaluate import (
-    TaskEval,
-    _summarise,
-    avg_at_name,
-    evaluate_model,
-    load_model,
-    main,
-    pass_at_name,
-    pass_ks,
-)
-from benchmarks.tasks import ArithTask
+from benchmarks.evaluation.cli import main
+from benchmarks.evaluation.evaluate import TaskEval, evaluate_model, load_model, summarise
+from benchmarks.tasks.arith import ArithTask
+from benchmarks.tasks.datasets import DATASETS
+from benchmarks.telemetry import metrics as M
+from benchmarks.telemetry.metrics import avg_at_name, pass_at_name, pass_ks
 
 ARITH_LIMIT = 50
 K = 4
@@ -46,8 +39,8 @@ def tiny_model(tmp_path_factory) -> Path:
     Session-scoped and cached by config hash under the session's base temp dir, so
     ``tests/test_lm_eval.py`` (which imports this fixture) reuses it.
     """
-    from benchmarks.modeling import ModelSpec, build_char_tokenizer, build_tiny_llama
-    from benchmarks.warmstart import warm_start
+    from benchmarks.training.modeling import ModelSpec, build_char_tokenizer, build_tiny_llama
+    from benchmarks.training.warmstart import warm_start
 
     task = ArithTask(horizon=2)
     tok = build_char_tokenizer(ArithTask.alphabet)
@@ -139,8 +132,8 @@ def test_cli_arith_metrics_table_and_greedy_agreement(tiny_model, store, tmp_pat
         assert M.eval_metric("arith", pass_at_name(j)) in m
 
     # Greedy accuracy is exactly what the trainer's evaluate_greedy gives on the same problems.
-    from benchmarks.rollout import TorchEngine
-    from benchmarks.trainer import evaluate_greedy
+    from benchmarks.engines.torch_engine import TorchEngine
+    from benchmarks.evaluation.evaluate import evaluate_greedy
 
     model, tok = load_model(str(tiny_model), device="cpu")
     task = ArithTask(horizon=2)
@@ -211,7 +204,7 @@ def _wall(r: TaskEval) -> dict[str, float]:
 
 def test_summary_formulas_on_a_hand_made_verdict_matrix():
     matrix = [[1, 0, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]]
-    r = _summarise("t", [1.0, 0.0, 0.0], matrix, 4)
+    r = summarise("t", [1.0, 0.0, 0.0], matrix, 4)
     assert r.accuracy == pytest.approx(1 / 3)
     assert r.accuracy_se == pytest.approx(math.sqrt((1 / 3) * (2 / 3) / 3))
     assert r.avg_at_k == pytest.approx((0.25 + 1 + 0) / 3)
@@ -282,7 +275,7 @@ def _yaml_load(path: Path) -> dict:
 
 def test_lm_eval_task_yamls_match_the_dataset_specs():
     """Each sppo_<name>.yaml reads the spec's file and grades with the spec's grader kind."""
-    from benchmarks.lm_eval_tasks import TASKS_DIR, supported_tasks
+    from benchmarks.evaluation.lm_eval import TASKS_DIR, supported_tasks
 
     names = supported_tasks()
     assert {"arith", "math500", "aime24", "aime25", "amc23", "minerva", "gsm8k"} <= set(names)

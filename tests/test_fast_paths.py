@@ -17,11 +17,12 @@ from _tolerances import (
 from test_rollout import PROMPTS, SPEC
 from test_trainer import FirstDigitTask, make_trainer
 
-from benchmarks import fastdecode
-from benchmarks import metrics as M
-from benchmarks.meter import Budget
-from benchmarks.modeling import ModelSpec, build_tiny_llama
-from benchmarks.rollout import TorchEngine, response_logprobs
+from benchmarks.engines import fastdecode
+from benchmarks.engines.teacher_forced import response_logprobs
+from benchmarks.engines.torch_engine import TorchEngine
+from benchmarks.telemetry import metrics as M
+from benchmarks.telemetry.meter import Budget
+from benchmarks.training.modeling import ModelSpec, build_tiny_llama
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -216,7 +217,7 @@ def test_off_policy_updates_keep_the_old_log_prob_pass(tok):
 def test_async_metrics_are_all_stored_when_the_run_ends(tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from benchmarks.tracking import MlflowTracker, prepare_store
+    from benchmarks.telemetry.tracking import MlflowTracker, prepare_store
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     exp = prepare_store(uri, "async")
@@ -238,7 +239,7 @@ def test_async_metrics_are_all_stored_when_the_run_ends(tmp_path):
 
 
 def test_length_buckets_give_the_same_logprobs_and_gradients(model, tok, monkeypatch):
-    from benchmarks.rollout import bucketed_logprobs
+    from benchmarks.engines.teacher_forced import bucketed_logprobs
 
     ro = TorchEngine(model, tok).generate(PROMPTS * 16, temperature=1.5, max_new_tokens=16, seed=2)
     assert ro.lengths.min() < 8 < ro.lengths.max()
@@ -269,7 +270,7 @@ def test_shared_prompt_forward_gives_hf_logprobs_and_gradients(model, tok, monke
     """Each distinct prompt runs once for its group; log-probs, entropies and every gradient
     (including the embedding's, whose padding row HF never updates) match HF's forward. The
     same maths, so compared in float64 (fp32 gradients differ by CPU kind)."""
-    from benchmarks.fastdecode import prefix_logprobs
+    from benchmarks.engines.fastdecode import prefix_logprobs
 
     prompts = [p for p in PROMPTS for _ in range(4)]
     ro = TorchEngine(model, tok).generate(prompts, temperature=1.5, max_new_tokens=12, seed=6)

@@ -12,16 +12,17 @@ import pytest
 from conftest import MICRO
 
 from algorithms import get_algorithm
-from benchmarks import metrics as M
 from benchmarks.cli import main as cli_main
+from benchmarks.engines.torch_engine import TorchEngine
 from benchmarks.faults import FAULTS_ENV
-from benchmarks.grading import DEBUG_ENV, Grader
-from benchmarks.meter import Budget
-from benchmarks.modeling import ModelSpec, build_tiny_llama
-from benchmarks.rollout import TorchEngine
-from benchmarks.tasks import ArithTask
-from benchmarks.tracking import NullTracker
-from benchmarks.trainer import RLTrainer, TrainerConfig
+from benchmarks.tasks.arith import ArithTask
+from benchmarks.tasks.grading import DEBUG_ENV, Grader
+from benchmarks.telemetry import metrics as M
+from benchmarks.telemetry.meter import Budget
+from benchmarks.telemetry.tracking import NullTracker
+from benchmarks.training.config import TrainerConfig
+from benchmarks.training.modeling import ModelSpec, build_tiny_llama
+from benchmarks.training.trainer import RLTrainer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -118,7 +119,7 @@ def test_hanging_and_raising_grader_are_counted_and_the_step_completes(tok, monk
     """A real math-verify worker pool: one response hangs its worker (killed and replaced), one
     raises; the training step completes and both show in the step's grader counters."""
 
-    from benchmarks.grading import Grader
+    from benchmarks.tasks.grading import Grader
 
     debug = "__sppo_grader_debug__:"
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.datasets import DATA_DIR_ENV, DATASETS, load_dataset
-from benchmarks.grading import (
+from benchmarks.tasks.datasets import DATA_DIR_ENV, DATASETS, load_dataset
+from benchmarks.tasks.grading import (
     DEBUG_ENV,
     Grader,
     GradeResult,
@@ -406,7 +406,7 @@ def test_parent_never_imports_sympy() -> None:
     """The caller's process grades with math-verify without importing sympy or math-verify."""
     code = (
         "import sys\n"
-        "from benchmarks.grading import Grader\n"
+        "from benchmarks.tasks.grading import Grader\n"
         "if __name__ == '__main__':\n"
         "    with Grader('math_verify') as g:\n"
         "        r = g.grade(['\\\\boxed{0.5}', \"__import__('os')\"], ['\\\\frac{1}{2}', '1'])\n"

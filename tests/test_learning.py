@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.config import compose_config
-from benchmarks.suite import run_suite
+from benchmarks.suite.run import run_suite
 
 
 @pytest.mark.slow

@@ -14,16 +14,16 @@ from test_eval import _last_run, tiny_model  # noqa: F401 - shared fixtures
 pytest.importorskip("lm_eval")
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-from benchmarks import metrics as M  # noqa: E402
-from benchmarks.evaluate import (  # noqa: E402
-    avg_at_name,
+from benchmarks.evaluation.cli import main  # noqa: E402
+from benchmarks.evaluation.evaluate import evaluate_model, load_model  # noqa: E402
+from benchmarks.evaluation.lm_eval import (  # noqa: E402
+    TASKS_DIR,
     evaluate_lm_eval,
-    evaluate_model,
-    load_model,
-    main,
-    pass_at_name,
+    lm_eval_task_name,
+    supported_tasks,
 )
-from benchmarks.lm_eval_tasks import TASKS_DIR, lm_eval_task_name, supported_tasks  # noqa: E402
+from benchmarks.telemetry import metrics as M  # noqa: E402
+from benchmarks.telemetry.metrics import avg_at_name, pass_at_name  # noqa: E402
 
 K = 4
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from benchmarks import metrics as M
-from benchmarks.meter import BUDGET_KINDS, Budget, ComputeMeter, FlopModel
+from benchmarks.telemetry import metrics as M
+from benchmarks.telemetry.meter import BUDGET_KINDS, Budget, ComputeMeter, FlopModel
 
 # --- FlopModel by hand ----------------------------------------------------------------------
 

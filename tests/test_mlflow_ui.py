@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import metrics as M
+from benchmarks.telemetry import metrics as M
 
 
 def _free_port() -> int:

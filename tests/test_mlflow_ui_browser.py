@@ -23,7 +23,12 @@ from pathlib import Path
 import pytest
 from test_mlflow_ui import server  # noqa: F401 - the module-scoped fixture: a real mlflow server
 
-from benchmarks.tracking import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, prepare_store, ui_runs_url
+from benchmarks.telemetry.tracking import (
+    EXPERIMENT_KIND,
+    EXPERIMENT_KIND_TAG,
+    prepare_store,
+    ui_runs_url,
+)
 
 #: Whole test budget for rendering one page: dumps with a growing virtual-time budget.
 RENDER_DEADLINE_S = 75.0

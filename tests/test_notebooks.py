@@ -34,7 +34,7 @@ FIGURES = {
 def horizon_store(micro_suite):
     """The micro suite's store with a micro horizon grid (task.horizon 1 and 2) added to it."""
     from benchmarks.config import compose_config
-    from benchmarks.suite import grid_configs, run_grid
+    from benchmarks.suite.run import grid_configs, run_grid
 
     result, _ = micro_suite
     root = Path(result.tracking_uri.removeprefix("sqlite:///")).parent

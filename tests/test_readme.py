@@ -33,7 +33,7 @@ def test_user_algorithm_runs_through_the_harness(tmp_path, monkeypatch):
 
     from algorithms.base import _restore_registry
     from benchmarks.config import compose_config
-    from benchmarks.suite import run_suite
+    from benchmarks.suite.run import run_suite
 
     monkeypatch.syspath_prepend(str(REPO))
     conf = tmp_path / "conf" / "algorithm"

@@ -10,9 +10,9 @@ from __future__ import annotations
 from conftest import DATA_DIR
 
 from benchmarks.config import compose_config
-from benchmarks.modeling import ModelSpec, build_char_tokenizer, build_tiny_llama
-from benchmarks.suite import run_suite
-from benchmarks.tasks import ArithTask
+from benchmarks.suite.run import run_suite
+from benchmarks.tasks.arith import ArithTask
+from benchmarks.training.modeling import ModelSpec, build_char_tokenizer, build_tiny_llama
 
 
 def test_hf_checkpoint_on_gsm8k(tmp_path):

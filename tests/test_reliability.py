@@ -17,10 +17,10 @@ from collections import Counter
 import pytest
 from conftest import MICRO, REPO
 
-from benchmarks import metrics as M
-from benchmarks.cli import compose_config
+from benchmarks.config import compose_config
 from benchmarks.faults import FAULTS_ENV
-from benchmarks.suite import run_suite
+from benchmarks.suite.run import run_suite
+from benchmarks.telemetry import metrics as M
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -155,7 +155,7 @@ def test_kill_9_then_resume_equals_uninterrupted_twin(root, twin, seed):
 def test_resume_auto_finds_only_unfinished_invocations_of_the_same_config(root, twin):
     from omegaconf import OmegaConf
 
-    from benchmarks.checkpoint import config_hash, find_resumable
+    from benchmarks.training.checkpoint import config_hash, find_resumable
 
     client, _ = _children(twin)
     exp = client.get_experiment_by_name("sppo-bench-default").experiment_id

@@ -6,17 +6,12 @@ import pytest
 import torch
 from _tolerances import logprob_atol
 
-from benchmarks.modeling import ModelSpec, build_tiny_llama
-from benchmarks.rollout import (
-    Rollout,
-    TorchEngine,
-    _top_p_filter,
-    draw_uniforms,
-    response_logprobs,
-    sample_tokens,
-    sequence_inputs,
-)
-from benchmarks.tasks import ArithTask
+from benchmarks.engines.rollout import Rollout
+from benchmarks.engines.sampling import draw_uniforms, sample_tokens, top_p_filter
+from benchmarks.engines.teacher_forced import response_logprobs, sequence_inputs
+from benchmarks.engines.torch_engine import TorchEngine
+from benchmarks.tasks.arith import ArithTask
+from benchmarks.training.modeling import ModelSpec, build_tiny_llama
 
 SPEC = ModelSpec(
     hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, max_position_embeddings=64
@@ -221,12 +216,12 @@ def test_seed_reproducible_across_engine_batches(model, tok):
 
 def test_top_p_filter_hand_computed():
     probs = torch.tensor([[0.15, 0.5, 0.05, 0.3]])
-    out = _top_p_filter(probs.log(), 0.7).exp()
+    out = top_p_filter(probs.log(), 0.7).exp()
     # Sorted 0.5, 0.3, 0.15, 0.05: 0.3 crosses 0.7 and is kept, the rest dropped.
     torch.testing.assert_close(out, torch.tensor([[0.0, 0.625, 0.0, 0.375]]))
     # A top_p below the largest probability keeps only the mode.
     torch.testing.assert_close(
-        _top_p_filter(probs.log(), 0.1).exp(), torch.tensor([[0.0, 1.0, 0.0, 0.0]])
+        top_p_filter(probs.log(), 0.1).exp(), torch.tensor([[0.0, 1.0, 0.0, 0.0]])
     )
 
 
@@ -295,7 +290,7 @@ def test_top_p_first_token_frequencies_match_renormalised_nucleus(model, engine)
         ["3*4-5="] * n, temperature=temperature, top_p=top_p, max_new_tokens=1, seed=9
     )
     logp = _full_logp(model, ro.select(torch.tensor([0])), temperature)[0, 0]  # (V,)
-    expected = _top_p_filter(logp.unsqueeze(0), top_p).exp()[0]
+    expected = top_p_filter(logp.unsqueeze(0), top_p).exp()[0]
     counts = torch.bincount(ro.response_ids[:, 0], minlength=expected.numel()).float() / n
     assert (expected == 0).sum() > 3  # the nucleus really excludes tokens
     assert counts[expected == 0].sum() == 0

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from benchmarks import metrics as M
+from benchmarks.telemetry import metrics as M
 
 
 def _children(result):
@@ -107,7 +107,7 @@ def test_sampled_eval_at_checkpoints(tmp_path):
     from conftest import MICRO
 
     from benchmarks.config import compose_config
-    from benchmarks.suite import run_suite
+    from benchmarks.suite.run import run_suite
 
     cfg = compose_config(
         [

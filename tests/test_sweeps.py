@@ -15,7 +15,7 @@ import yaml
 from conftest import MICRO
 from mlflow.tracking import MlflowClient
 
-from benchmarks import metrics as M
+from benchmarks.telemetry import metrics as M
 from sweeps import (
     TAG_TRIAL_STATE,
     SpecError,

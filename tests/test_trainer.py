@@ -12,14 +12,15 @@ from _tolerances import F64_SAME_MATH, assert_close_to_scale, hf_rmsnorm_in_mode
 from algorithms import get_algorithm, list_algorithms
 from algorithms.base import _restore_registry, register_algorithm
 from algorithms.grpo import GRPO
-from benchmarks import metrics as M
-from benchmarks.grading import GradeResult
-from benchmarks.meter import Budget
-from benchmarks.modeling import ModelSpec, ValueModel, build_tiny_llama
-from benchmarks.rollout import TorchEngine
-from benchmarks.tasks import ArithTask
-from benchmarks.tracking import NullTracker
-from benchmarks.trainer import RLTrainer, TrainerConfig
+from benchmarks.engines.torch_engine import TorchEngine
+from benchmarks.tasks.arith import ArithTask
+from benchmarks.tasks.grading import GradeResult
+from benchmarks.telemetry import metrics as M
+from benchmarks.telemetry.meter import Budget
+from benchmarks.telemetry.tracking import NullTracker
+from benchmarks.training.config import TrainerConfig
+from benchmarks.training.modeling import ModelSpec, ValueModel, build_tiny_llama
+from benchmarks.training.trainer import RLTrainer
 
 SPEC = ModelSpec(
     hidden_size=32, num_layers=1, num_heads=4, intermediate_size=64, max_position_embeddings=64
@@ -76,7 +77,7 @@ def make_trainer(
     tracker=None,
     **cfg,
 ):
-    """Build an RLTrainer the way benchmarks.suite._run_one does."""
+    """Build an RLTrainer the way benchmarks.suite.run._run_one does."""
     if isinstance(alg, str):
         alg = get_algorithm(alg, **OVERRIDES.get(alg, {}))
     reference = copy.deepcopy(start).eval().requires_grad_(False) if alg.uses_reference else None
@@ -262,7 +263,7 @@ def test_unreached_eval_fractions_are_reported(start, tok, dense, caplog):
     tracker = NullTracker()
     budget = Budget(kind="rollout_tokens", limit=800, eval_fractions=(0.0, 0.25, 0.5, 0.75, 1.0))
     trainer = make_trainer("remax", start, tok, dense, budget, tracker=tracker)
-    with caplog.at_level("WARNING", logger="benchmarks.trainer"):
+    with caplog.at_level("WARNING", logger="benchmarks.training.trainer"):
         trainer.train()
     fractions = series(tracker, M.EVAL_BUDGET_FRACTION)
     assert fractions[0] == 0.0 and fractions[-1] == 1.0
@@ -308,8 +309,8 @@ def test_token_critic_fast_path_gives_hf_values_and_gradients(start, tok, arith,
     in fp32 the two paths' gradients (sums over every position of products through the model)
     differ by CPU kind (1.06e-4 in one element on an Intel Xeon); in float64 by ~1e-15 of their
     scale."""
-    import benchmarks.trainer as trainer_mod
-    from benchmarks.fastdecode import supports_backbone
+    import benchmarks.training.trainer as trainer_mod
+    from benchmarks.engines.fastdecode import supports_backbone
 
     trainer = make_trainer(
         "ppo", start, tok, arith, Budget(kind="samples", limit=SPS), length_buckets=2

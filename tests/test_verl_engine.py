@@ -236,7 +236,7 @@ def test_prompt_value_loss_is_bce_at_the_last_prompt_token():
 
 def _suite(*overrides):
     from benchmarks.config import compose_config
-    from benchmarks.suite import validate
+    from benchmarks.suite.plan import validate
 
     cfg = compose_config(
         ["engine=verl", "model=hf", "model.name_or_path=some/model", "seeds=1", *overrides]
@@ -373,8 +373,8 @@ def test_verl_runs_read_like_native_runs(tmp_path):
     from mlflow.tracking import MlflowClient
 
     from analysis import eval_points, load_runs
-    from benchmarks import metrics as M
-    from benchmarks.tracking import prepare_store
+    from benchmarks.telemetry import metrics as M
+    from benchmarks.telemetry.tracking import prepare_store
     from benchmarks.verl_engine.metrics import map_verl_run
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -502,7 +502,7 @@ def test_paper_recipe_carries_the_papers_settings():
     mini-batches of 128, actor lr 1e-6, critic lr 5e-6, 8192-token responses at temperature 0.6,
     GRPO n = 8, Avg@16 validation; for all four algorithms."""
     from benchmarks.config import compose_config
-    from benchmarks.suite import validate
+    from benchmarks.suite.plan import validate
     from benchmarks.verl_engine.launch import plans
 
     cfg = compose_config(["suite=paper_1p5b", f"task.data_dir={DATA_DIR}"])

@@ -32,8 +32,8 @@ CRITIC_LR = {"sppo": 5e-6, "ppo": 1e-5}
 
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory):
-    from benchmarks.modeling import ModelSpec, build_char_tokenizer, build_tiny_llama
-    from benchmarks.tasks import ArithTask
+    from benchmarks.tasks.arith import ArithTask
+    from benchmarks.training.modeling import ModelSpec, build_char_tokenizer, build_tiny_llama
 
     tok = build_char_tokenizer(ArithTask.alphabet)
     model = build_tiny_llama(
@@ -75,7 +75,7 @@ def suite_overrides(tiny_checkpoint, tmp_path_factory):
 def cfg_job(tiny_checkpoint, suite_overrides):
     """Start ``main_ppo --cfg job`` for sppo now; the dry run proceeds meanwhile."""
     from benchmarks.config import compose_config
-    from benchmarks.suite import validate
+    from benchmarks.suite.plan import validate
     from benchmarks.verl_engine.launch import plans
 
     keep = [
@@ -104,7 +104,7 @@ def dry_run(cfg_job, suite_overrides):
     from algorithms.base import _restore_registry
     from benchmarks.cli import main
     from benchmarks.config import compose_config
-    from benchmarks.suite import validate
+    from benchmarks.suite.plan import validate
 
     out = io.StringIO()
     cwd = os.getcwd()

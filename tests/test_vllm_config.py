@@ -10,16 +10,11 @@ import os
 import pytest
 
 from algorithms import ConfigError
-from benchmarks.cli import compose_config
-from benchmarks.rollout import TorchEngine
-from benchmarks.suite import validate
-from benchmarks.vllm_engine import (
-    VllmSettings,
-    check_rollout_config,
-    make_engine_factory,
-    request_seeds,
-    vllm_available,
-)
+from benchmarks.config import compose_config
+from benchmarks.engines.factory import check_rollout_config, make_engine_factory
+from benchmarks.engines.torch_engine import TorchEngine
+from benchmarks.engines.vllm_engine import VllmSettings, request_seeds, vllm_available
+from benchmarks.suite.plan import validate
 
 
 def test_default_config_uses_the_torch_engine(tok):
@@ -92,7 +87,7 @@ def test_an_engine_start_leaves_the_callers_random_streams_alone(monkeypatch):
     import numpy as np
     import torch
 
-    from benchmarks.vllm_engine import _starting
+    from benchmarks.engines.vllm_engine import _starting
 
     for var in ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_CPU_KVCACHE_SPACE", "VLLM_LOGGING_LEVEL"):
         monkeypatch.delenv(var, raising=False)
@@ -119,8 +114,8 @@ def test_an_engine_start_leaves_the_callers_random_streams_alone(monkeypatch):
 def test_logprob_mismatch_counts_response_tokens_only():
     import torch
 
-    from benchmarks import metrics as M
-    from benchmarks.trainer import rollout_logprob_mismatch
+    from benchmarks.telemetry import metrics as M
+    from benchmarks.training.trainer import rollout_logprob_mismatch
 
     sampler = torch.tensor([[-1.0, -2.0, 0.0], [-0.5, 0.0, 0.0]])
     trainer = torch.tensor([[-1.1, -2.0, -9.0], [-0.2, -9.0, -9.0]])

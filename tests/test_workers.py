@@ -15,16 +15,17 @@ from conftest import MICRO, REPO
 from mlflow.tracking import MlflowClient
 
 from algorithms import ConfigError
-from benchmarks import metrics as M
-from benchmarks.cli import compose_config
-from benchmarks.suite import run_suite, validate
-from benchmarks.workers import (
+from benchmarks.config import compose_config
+from benchmarks.suite.jobs import (
     WORKER_BYTES,
     available_memory,
     parallel_blocker,
     resolve_jobs,
     usable_cpus,
 )
+from benchmarks.suite.plan import validate
+from benchmarks.suite.run import run_suite
+from benchmarks.telemetry import metrics as M
 
 
 def _histories(result) -> dict[str, list[tuple[int, float]]]:
@@ -70,7 +71,7 @@ def test_two_workers_reproduce_the_one_process_suite(micro_suite, tmp_path, capl
     assert par.plot is not None and par.plot.exists()
     # the workers' log records reach this process's handlers
     worker_records = [r for r in caplog.records if r.processName != "MainProcess"]
-    assert any(r.name == "benchmarks.warmstart" for r in worker_records)
+    assert any(r.name == "benchmarks.training.warmstart" for r in worker_records)
 
 
 def test_jobs_field_is_validated():
@@ -129,8 +130,8 @@ def test_killing_the_suite_kills_its_workers(tmp_path):
             import sys
             sys.path.insert(0, {str(Path(__file__).parent)!r})
             from conftest import MICRO
-            from benchmarks.cli import compose_config
-            from benchmarks.suite import run_suite
+            from benchmarks.config import compose_config
+            from benchmarks.suite.run import run_suite
 
             if __name__ == "__main__":
                 cfg = compose_config([*MICRO, "jobs=2", "tracking.uri=sqlite:///{tmp_path}/m.db",

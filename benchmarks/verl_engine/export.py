@@ -12,7 +12,7 @@ One row per problem, the layout verl's ``RLHFDataset`` and reward loop read (``d
 ``extra_info``     ``{"split", "index", "id", "grader"}``: ``grader`` tells
                    :func:`benchmarks.verl_engine.reward.compute_score` how to grade
 
-Prompts are built from the task's template (``benchmarks.datasets.prompt_messages``), the same
+Prompts are built from the task's template (``benchmarks.tasks.datasets.prompt_messages``), the same
 text the native engine renders, so both engines see the same prompts.
 """
 
@@ -46,12 +46,12 @@ def _row(
 def task_rows(task_cfg: Any) -> dict[str, list[dict[str, Any]]]:
     """Rows per file for the suite's task config: ``{"train": [...], "<eval dataset>": [...]}``.
 
-    Real datasets (``task=math|gsm8k``) are loaded with :func:`benchmarks.datasets.load_dataset`
+    Real datasets (``task=math|gsm8k``) are loaded with :func:`benchmarks.tasks.datasets.load_dataset`
     (train set and every eval dataset, each its own file so verl reports them apart);
     ``task=arith`` takes the generated train and held-out problems, graded by ``arith``.
     """
-    from benchmarks.datasets import DATASETS, load_dataset, prompt_messages
-    from benchmarks.tasks import ArithTask
+    from benchmarks.tasks.arith import ArithTask
+    from benchmarks.tasks.datasets import DATASETS, load_dataset, prompt_messages
 
     cfg = dict(task_cfg)
     name = cfg["name"]

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from benchmarks import metrics as M
+from benchmarks.telemetry import metrics as M
 from benchmarks.verl_engine.translate import VerlPlan, translate
 
 __all__ = ["planned_files", "plans", "run_verl_suite"]
@@ -115,7 +115,7 @@ def run_verl_suite(cfg: Any, plan: Any) -> int:
     from mlflow.tracking import MlflowClient
     from omegaconf import OmegaConf
 
-    from benchmarks.tracking import (
+    from benchmarks.telemetry.tracking import (
         MlflowTracker,
         default_tracking_uri,
         flatten,

@@ -32,7 +32,7 @@ def _grader_set() -> Any:
     global _graders
     with _lock:
         if _graders is None:
-            from benchmarks.tasks import GraderSet
+            from benchmarks.tasks.dataset_task import GraderSet
 
             _graders = GraderSet(timeout_s=float(os.environ.get(TIMEOUT_ENV, "3.0")), workers=1)
             atexit.register(_graders.close)
@@ -53,7 +53,8 @@ def compute_score(
     >>> compute_score("gsm8k", "so the answer is 41", "42", {"grader": "integer"})["score"]
     0.0
     """
-    from benchmarks.tasks import ArithTask, TaskProblem
+    from benchmarks.tasks.arith import ArithTask
+    from benchmarks.tasks.base import TaskProblem
 
     kind = str((extra_info or {}).get("grader") or "math_verify")
     if kind == "arith":

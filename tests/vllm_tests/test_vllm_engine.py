@@ -15,12 +15,13 @@ import pytest
 import torch
 from conftest import DATA_DIR, MICRO
 
-from benchmarks import metrics as M
-from benchmarks import vllm_engine
-from benchmarks.modeling import build_char_tokenizer
-from benchmarks.rollout import TorchEngine, response_logprobs
-from benchmarks.tasks import ArithTask
-from benchmarks.vllm_engine import VllmEngine, save_for_vllm
+from benchmarks.engines import vllm_engine
+from benchmarks.engines.teacher_forced import response_logprobs
+from benchmarks.engines.torch_engine import TorchEngine
+from benchmarks.engines.vllm_engine import VllmEngine, save_for_vllm
+from benchmarks.tasks.arith import ArithTask
+from benchmarks.telemetry import metrics as M
+from benchmarks.training.modeling import build_char_tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -37,8 +38,8 @@ OVERRIDES = [
 
 
 def _suite(root, rollout: str):
-    from benchmarks.cli import compose_config
-    from benchmarks.suite import run_suite
+    from benchmarks.config import compose_config
+    from benchmarks.suite.run import run_suite
 
     cfg = compose_config(
         [
@@ -146,7 +147,7 @@ def test_greedy_completions_equal_the_torch_engines(policy, tok, task, engine):
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_sampled_logprobs_equal_the_trainers(policy, task, engine, temperature):
     """vLLM returns log-probs under the tempered distribution, the trainer's old log-probs."""
-    from benchmarks.trainer import rollout_logprob_mismatch
+    from benchmarks.training.trainer import rollout_logprob_mismatch
 
     ro = engine.generate(
         _prompts(task, 32) * 4,
@@ -205,8 +206,9 @@ def test_after_a_training_step_vllm_greedy_equals_the_updated_policy(policy, tok
     """The trainer pushes its new weights after the update; vLLM's greedy output then equals
     the updated HF policy's, and differs from the one before the step."""
     from algorithms import get_algorithm
-    from benchmarks.meter import Budget
-    from benchmarks.trainer import RLTrainer, TrainerConfig
+    from benchmarks.telemetry.meter import Budget
+    from benchmarks.training.config import TrainerConfig
+    from benchmarks.training.trainer import RLTrainer
 
     prompts = _prompts(task, 64)
     kw = {"temperature": 0.0, "top_p": 1.0, "max_new_tokens": MAX_NEW, "seed": 0}
@@ -242,8 +244,10 @@ def test_eval_and_lm_eval_vllm_backend_agree_with_the_torch_route(policy, tok, m
     the torch engine give the same greedy responses and verdicts."""
     from mlflow.tracking import MlflowClient
 
-    from benchmarks.evaluate import evaluate_lm_eval, evaluate_model, main
-    from benchmarks.vllm_engine import VllmSettings
+    from benchmarks.engines.vllm_engine import VllmSettings
+    from benchmarks.evaluation.cli import main
+    from benchmarks.evaluation.evaluate import evaluate_model
+    from benchmarks.evaluation.lm_eval import evaluate_lm_eval
 
     kw = {"k": 0, "limit": 20, "max_new_tokens": 12, "data_dir": DATA_DIR, "grader_workers": 1}
     torch_route = evaluate_model(policy, tok, ["math500"], **kw)["math500"]

@@ -1,0 +1,164 @@
+"""Validation of a composed config into one typed ``SuitePlan``, before any compute: every
+algorithm, trainer config, the budget, the seeds, the task and the model's shape. A bad field
+raises ``ConfigError`` naming it and what is allowed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from algorithms import Algorithm, ConfigError, get_algorithm
+from benchmarks.engines.factory import check_rollout_config
+from benchmarks.tasks.base import Task
+from benchmarks.tasks.build import build_task
+from benchmarks.telemetry.meter import Budget
+from benchmarks.training import checkpoint as ckpt
+from benchmarks.training.config import TrainerConfig
+from benchmarks.training.modeling import ModelSpec
+
+log = logging.getLogger(__name__)
+
+__all__ = ["SuitePlan", "as_dict", "model_spec", "validate"]
+
+
+_TRAINER_KEYS = {f for f in TrainerConfig.__dataclass_fields__}
+
+
+@dataclass
+class SuitePlan:
+    """Everything validated up front, so a bad field fails before any compute."""
+
+    algorithms: dict[str, Algorithm]
+    trainer: dict[str, TrainerConfig]
+    budget: Budget
+    seeds: list[int]
+    task: Task
+
+
+def as_dict(node: Any) -> dict[str, Any]:
+    from omegaconf import OmegaConf
+
+    if isinstance(node, Mapping) and not hasattr(node, "_get_node"):
+        return dict(node)
+    return OmegaConf.to_container(node, resolve=True)  # type: ignore[return-value]
+
+
+def validate(cfg: Any) -> SuitePlan:
+    """Build every algorithm, trainer config and the budget; raise ConfigError naming the field."""
+    import importlib
+    import os
+    import sys
+
+    if cfg.get("plugins") and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # plugin modules of the user's own project
+    for module in cfg.get("plugins") or []:
+        try:
+            importlib.import_module(str(module))
+        except ImportError as e:
+            raise ConfigError(f"plugins: cannot import {module!r}: {e}") from e
+    if cfg.get("resume", "never") not in ckpt.RESUME_MODES:
+        raise ConfigError(f"resume={cfg.resume!r}: allowed {list(ckpt.RESUME_MODES)}")
+    algos = as_dict(cfg.algorithm) if "algorithm" in cfg else {}
+    if not algos:
+        from algorithms import list_algorithms
+
+        raise ConfigError(
+            "algorithm: select at least one, e.g. algorithm=[sppo,grpo]; "
+            f"registered: {list_algorithms()}"
+        )
+    trainer_base = {k: v for k, v in as_dict(cfg.trainer).items()}
+    unknown = set(trainer_base) - _TRAINER_KEYS
+    if unknown:
+        raise ConfigError(
+            f"trainer.{sorted(unknown)[0]}: unknown key; allowed: {sorted(_TRAINER_KEYS)}"
+        )
+    built: dict[str, Algorithm] = {}
+    trainers: dict[str, TrainerConfig] = {}
+    for name, node in algos.items():
+        node = dict(node or {})
+        params = dict(node.pop("params", {}) or {})
+        actor_lr = node.pop("actor_lr", None)
+        critic_lr = node.pop("critic_lr", None)
+        if node:
+            raise ConfigError(
+                f"algorithm.{name}.{sorted(node)[0]}: unknown key; allowed: actor_lr, critic_lr, params"
+            )
+        try:
+            alg = get_algorithm(name, **params)
+        except ConfigError as e:
+            raise ConfigError(f"algorithm.{name}.params: {e}") from e
+        if alg.critic == "none" and critic_lr is not None:
+            raise ConfigError(
+                f"algorithm.{name}.critic_lr={critic_lr}: {name} trains no critic; set it to null"
+            )
+        t = TrainerConfig(
+            **trainer_base,
+            **({"actor_lr": float(actor_lr)} if actor_lr is not None else {}),
+            critic_lr=None if critic_lr is None else float(critic_lr),
+        )
+        if t.samples_per_step % alg.samples_per_prompt:
+            raise ConfigError(
+                f"trainer.samples_per_step={t.samples_per_step} must be a multiple of "
+                f"{name}'s samples per prompt ({alg.samples_per_prompt})"
+            )
+        built[name] = alg
+        trainers[name] = t
+    b = as_dict(cfg.budget)
+    budget = Budget(
+        kind=b["kind"], limit=float(b["limit"]), eval_fractions=tuple(b["eval_fractions"])
+    )
+    if cfg.engine.name not in ("torch", "verl"):
+        raise ConfigError(f"engine.name={cfg.engine.name!r}: allowed ['torch', 'verl']")
+    if int(cfg.threads) < 1:
+        raise ConfigError(f"threads={cfg.threads} must be >= 1")
+    from benchmarks.suite.jobs import resolve_jobs
+
+    try:
+        resolve_jobs(cfg.get("jobs", 1), 1)
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+    if int(cfg.seeds) < 1:
+        raise ConfigError(f"seeds={cfg.seeds} must be >= 1")
+    seeds = [int(cfg.seed) + i for i in range(int(cfg.seeds))]
+    real_model = cfg.model.name_or_path is not None
+    if not real_model and cfg.task.name != "arith":
+        raise ConfigError(
+            f"task={cfg.task.name}: the tiny character model only speaks `arith`; "
+            "set model=hf model.name_or_path=<HF id or directory> for real datasets"
+        )
+    try:
+        task = build_task(cfg.task)  # reads the data now: a missing file fails here
+    except TypeError as e:
+        raise ConfigError(f"task: {e}") from e
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+    from benchmarks.training.warmstart import parse_phases
+
+    try:
+        parse_phases(as_dict(cfg.warmstart)["phases"])
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+    if not real_model:  # transformers' own errors would come from a worker, mid-start
+        longest = max(len(p.prompt) for p in task.eval_problems())  # one token per character
+        try:
+            response = max(int(cfg.task.max_new_tokens), int(cfg.trainer.max_new_tokens))
+            model_spec(as_dict(cfg.model)).check(longest + response)
+        except ValueError as e:
+            raise ConfigError(str(e)) from e
+    if cfg.engine.name == "torch":  # verl's own `engine.rollout` names verl's backend
+        check_rollout_config(cfg.engine)
+    return SuitePlan(built, trainers, budget, seeds, task)
+
+
+def model_spec(model_cfg: Mapping[str, Any]) -> ModelSpec:
+    return ModelSpec(
+        hidden_size=model_cfg["hidden_size"],
+        num_layers=model_cfg["num_layers"],
+        num_heads=model_cfg["num_heads"],
+        intermediate_size=model_cfg["intermediate_size"],
+        max_position_embeddings=model_cfg["max_position_embeddings"],
+        num_key_value_heads=model_cfg.get("num_key_value_heads"),
+    )

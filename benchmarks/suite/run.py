@@ -1,0 +1,362 @@
+"""A suite: every selected algorithm x seed, from one shared warm start, under one budget.
+
+``run_suite`` is what ``sppo-bench run`` calls. It validates the whole config before any compute,
+prepares the MLflow store once, runs each (algorithm, seed) as a nested child run of one parent
+run, and ends with a table, a plot of accuracy versus compute and an analysis report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from algorithms import ConfigError
+from benchmarks.suite.plan import SuitePlan, validate
+from benchmarks.suite.run_one import (
+    RunContext,
+    RunSummary,
+    finished,
+    load_hf,
+    load_start_model,
+    package_version,
+    run_one,
+)
+from benchmarks.tasks.arith import ArithTask
+from benchmarks.tasks.build import build_task
+from benchmarks.telemetry import metrics as M
+from benchmarks.telemetry.tracking import (
+    MlflowTracker,
+    default_tracking_uri,
+    flatten,
+    git_commit,
+    prepare_store,
+)
+from benchmarks.training import checkpoint as ckpt
+from benchmarks.training.modeling import build_char_tokenizer
+
+log = logging.getLogger(__name__)
+
+__all__ = ["RunSummary", "SuiteResult", "grid_configs", "run_grid", "run_suite"]
+
+
+@dataclass
+class SuiteResult:
+    runs: list[RunSummary]
+    tracking_uri: str
+    experiment: str
+    parent_run_id: str | None
+    output_dir: Path
+    plot: Path | None = None
+    report: Path | None = None
+    wall_s: float = 0.0
+    warmstart: dict[str, Any] = field(default_factory=dict)
+    experiment_id: str | None = None
+
+
+def run_suite(
+    cfg: Any,
+    *,
+    progress: bool = True,
+    parent_run_id: str | None = None,
+    extra_tags: Mapping[str, str] | None = None,
+    on_eval: Callable[[str, int, float, float], None] | None = None,
+) -> SuiteResult:
+    """Run the suite described by a composed config (see ``benchmarks/conf/config.yaml``).
+
+    By default the runs nest under a new parent run, and the suite ends with a plot and a report.
+    With ``parent_run_id`` (a sweep's trial) the runs nest under that run instead, and no plot or
+    report is made. ``on_eval(algorithm, seed, budget_fraction, accuracy)`` is called at every
+    evaluation; an exception it raises (e.g. ``optuna.TrialPruned``) ends the suite.
+    """
+    from mlflow.tracking import MlflowClient
+    from omegaconf import OmegaConf
+
+    from benchmarks.suite.preflight import preflight
+
+    t0 = time.perf_counter()
+    plan = validate(cfg)
+    preflight(cfg)  # a full disk or an unwritable store fails here, before any compute
+    torch.set_num_threads(int(cfg.threads))
+    device = torch.device(cfg.engine.device)
+    if cfg.engine.name != "torch":
+        raise ConfigError(f"engine.name={cfg.engine.name!r}: the native trainer supports ['torch']")
+
+    real_model = cfg.model.name_or_path is not None
+    if real_model:
+        base_model, tokenizer = load_hf(cfg)
+        task = build_task(cfg.task, tokenizer=tokenizer)  # chat templates need the tokenizer
+    else:
+        tokenizer = build_char_tokenizer(ArithTask.alphabet)
+        task = plan.task
+
+    uri = cfg.tracking.uri or default_tracking_uri()
+    exp_name = str(cfg.tracking.experiment)
+    exp_id = prepare_store(uri, exp_name)
+    client = MlflowClient(uri)
+    out_dir = Path(cfg.output_dir).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    tags = {
+        M.TAG_TASK: str(cfg.task.name),
+        M.TAG_MODEL: str(cfg.model.name_or_path or "tiny-llama"),
+        M.TAG_ENGINE: str(cfg.engine.name),
+        M.TAG_BUDGET_KIND: plan.budget.kind,
+        M.TAG_BUDGET_LIMIT: str(plan.budget.limit),
+        M.TAG_GIT_COMMIT: git_commit(),
+        M.TAG_VERSION: package_version(),
+        **({"horizon": str(cfg.task.horizon)} if cfg.task.name == "arith" else {}),
+        **dict(extra_tags or {}),
+    }
+    result = SuiteResult([], uri, exp_name, parent_run_id, out_dir, experiment_id=exp_id)
+    chash = ckpt.config_hash(resolved)
+    previous = None
+    if parent_run_id is None and cfg.get("resume", "never") == "auto":
+        previous = ckpt.find_resumable(client, exp_id, chash)
+        log.info(
+            "resume=auto: %s",
+            f"continuing parent run {previous.info.run_id}" if previous else "nothing to resume",
+        )
+    with contextlib.ExitStack() as stack:
+        parent = None
+        if previous is not None:
+            parent = stack.enter_context(MlflowTracker.resume(client, previous.info.run_id))
+            result.parent_run_id = parent.run_id
+        elif parent_run_id is None:
+            parent = stack.enter_context(
+                MlflowTracker.start(
+                    client,
+                    exp_id,
+                    run_name=f"suite-{cfg.suite.name}",
+                    tags={**tags, M.TAG_ROLE: "suite", ckpt.TAG_CONFIG_HASH: chash},
+                    params=flatten(resolved),
+                )
+            )
+            result.parent_run_id = parent.run_id
+            parent.log_dict(resolved, "config.yaml")
+        bar = stack.enter_context(_progress(progress))
+        ctx = RunContext(cfg, plan, client, exp_id, tags, resolved, task, tokenizer, bar, on_eval)
+        ctx.out_dir, ctx.config_hash, ctx.checkpoints = out_dir, chash, parent is not None
+        if previous is not None:
+            ctx.previous = ckpt.child_runs(client, exp_id, previous.info.run_id)
+        try:
+            jobs = _jobs(cfg, plan, on_eval)
+            if jobs > 1:
+                shared = {
+                    "uri": uri,
+                    "exp_id": exp_id,
+                    "tags": tags,
+                    "out_dir": out_dir,
+                    "config_hash": chash,
+                    "checkpoints": ctx.checkpoints,
+                    "previous_parent": None if previous is None else previous.info.run_id,
+                    "parent_id": result.parent_run_id,
+                }
+                result.runs = _run_in_workers(ctx, result, jobs, shared)
+            else:
+                for seed in plan.seeds:
+                    done = [finished(ctx, n, seed) for n in plan.algorithms]
+                    if all(done):  # resume=auto: nothing left for this seed, no warm start needed
+                        result.runs += done  # type: ignore[arg-type]
+                        continue
+                    if real_model:
+                        start, ws_info = base_model, {"steps": 0, "val_accuracy": float("nan")}
+                    else:
+                        start, ws_info = load_start_model(cfg, seed, task, tokenizer)
+                    result.warmstart[str(seed)] = ws_info
+                    start.to(device)
+                    for name, alg in plan.algorithms.items():
+                        result.runs.append(
+                            run_one(ctx, result.parent_run_id, name, alg, seed, start)
+                        )
+        finally:
+            task.close()
+        result.wall_s = time.perf_counter() - t0
+        if parent is not None:
+            failed = sum(r.status != "FINISHED" for r in result.runs)
+            parent.log_metrics({"suite/wall_s": result.wall_s, "suite/failed_runs": failed}, step=0)
+            _finish(result, cfg, parent)
+    return result
+
+
+def _jobs(cfg: Any, plan: SuitePlan, on_eval: Callable | None) -> int:
+    """Worker processes for this suite (``jobs``); 1 where the runs must share this process."""
+    from benchmarks.suite.jobs import parallel_blocker, resolve_jobs
+
+    jobs = resolve_jobs(cfg.get("jobs", 1), len(plan.seeds) * len(plan.algorithms))
+    if jobs > 1:
+        why = parallel_blocker(cfg, plan.algorithms, on_eval=on_eval is not None)
+        if why is not None:
+            log.info("jobs=%s: running in one process: %s", cfg.get("jobs"), why)
+            return 1
+    return jobs
+
+
+def _run_in_workers(
+    ctx: RunContext, result: SuiteResult, jobs: int, shared: dict
+) -> list[RunSummary]:
+    """Every run not yet FINISHED, in ``jobs`` worker processes (``benchmarks/suite/workers.py``);
+    the summaries in the one-process order (seed, then algorithm)."""
+    from benchmarks.suite.workers import run_parallel
+
+    plan = ctx.plan
+    summaries: dict[tuple[str, int], RunSummary] = {}
+    work = []
+    for seed in plan.seeds:
+        todo = []
+        for name in plan.algorithms:
+            done = finished(ctx, name, seed)
+            if done is not None:
+                summaries[(name, seed)] = done
+            else:
+                todo.append(name)
+        if todo:
+            work.append((seed, todo))
+
+    def on_warm_start(seed: int, info: dict) -> None:
+        result.warmstart[str(seed)] = info
+
+    if work:
+        summaries.update(
+            run_parallel(
+                jobs=min(jobs, sum(len(t) for _, t in work)),
+                resolved=ctx.resolved,
+                algorithms=plan.algorithms,
+                work=work,
+                shared=shared,
+                bar=ctx.bar,
+                on_warm_start=on_warm_start,
+            )
+        )
+    return [summaries[(n, s)] for s in plan.seeds for n in plan.algorithms]
+
+
+def grid_configs(cfg: Any, overrides: Sequence[str]) -> list[tuple[Any, Any]]:
+    """The points of ``suite.grid`` (one config key and its values, e.g. ``task.horizon: [1, 2,
+    4, 8]``), each composed anew so interpolations that depend on the key (the horizon's token
+    limit) follow it. Empty when the suite has no grid."""
+    from omegaconf import ListConfig
+
+    from benchmarks.config import compose_config
+
+    grid = cfg.suite.get("grid") or {}
+    if not grid:
+        return []
+    if len(grid) != 1:
+        raise ConfigError(f"suite.grid: exactly one key is supported, got {sorted(grid)}")
+    key, values = next(iter(grid.items()))
+    if not isinstance(values, ListConfig | list | tuple) or not values:
+        raise ConfigError(f"suite.grid.{key}={values}: needs a non-empty list of values")
+    points = []
+    for v in values:
+        extra = [f"{key}={v}"]
+        if key == "task.horizon":
+            extra.append(f"task.eval_name=arith_h{v}")
+        points.append((v, compose_config([*overrides, *extra])))
+    return points
+
+
+def run_grid(cfg: Any, points: Sequence[tuple[Any, Any]], *, progress: bool = True) -> SuiteResult:
+    """Run one suite per grid point under a single parent run; one report over all of them."""
+    from mlflow.tracking import MlflowClient
+    from omegaconf import OmegaConf
+
+    t0 = time.perf_counter()
+    if cfg.get("resume", "never") != "never":
+        raise ConfigError("resume=auto: not supported with suite.grid yet; use resume=never")
+    key = next(iter(cfg.suite.grid))
+    uri = cfg.tracking.uri or default_tracking_uri()
+    exp_id = prepare_store(uri, str(cfg.tracking.experiment))
+    client = MlflowClient(uri)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    out_dir = Path(cfg.output_dir).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result = SuiteResult([], uri, str(cfg.tracking.experiment), None, out_dir, experiment_id=exp_id)
+    with MlflowTracker.start(
+        client,
+        exp_id,
+        run_name=f"suite-{cfg.suite.name}",
+        tags={M.TAG_ROLE: "suite", M.TAG_TASK: str(cfg.task.name), M.TAG_GIT_COMMIT: git_commit()},
+        params=flatten(resolved),
+    ) as parent:
+        result.parent_run_id = parent.run_id
+        parent.log_dict(resolved, "config.yaml")
+        for value, point in points:
+            part = run_suite(
+                point,
+                progress=progress,
+                parent_run_id=parent.run_id,
+                extra_tags={key.rsplit(".", 1)[-1]: str(value)},
+            )
+            result.runs += part.runs
+            result.warmstart.update({f"{key}={value}/{k}": v for k, v in part.warmstart.items()})
+        result.wall_s = time.perf_counter() - t0
+        parent.log_metrics({"suite/wall_s": result.wall_s}, step=0)
+        _finish(result, cfg, parent)
+    return result
+
+
+class _NoBar:
+    def add_task(self, *a, **k) -> int:  # noqa: ANN002, ANN003
+        return 0
+
+    def update(self, *a, **k) -> None:  # noqa: ANN002, ANN003
+        pass
+
+    def __enter__(self) -> _NoBar:
+        return self
+
+    def __exit__(self, *a) -> None:  # noqa: ANN002
+        pass
+
+
+def _progress(enabled: bool):  # noqa: ANN202
+    if not enabled:
+        return _NoBar()
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn("{task.description:<16}"),
+        BarColumn(),
+        TextColumn("budget {task.percentage:>3.0f}%"),
+        TextColumn("acc {task.fields[acc]}"),
+        TimeElapsedColumn(),
+    )
+
+
+def _finish(result: SuiteResult, cfg: Any, parent: MlflowTracker) -> None:
+    """The plot and report, logged to the parent run."""
+    from analysis import eval_points, load_runs, plot_panels, write_report
+
+    df = load_runs(parent_run_id=result.parent_run_id, tracking_uri=result.tracking_uri)
+    if df.empty:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = eval_points(df)
+    axes = plot_panels(
+        points,
+        x=M.COMPUTE_ROLLOUT_SAMPLES
+        if cfg.budget.kind == "samples"
+        else f"compute/{cfg.budget.kind}",
+    )
+    fig = axes[0].figure if hasattr(axes, "__getitem__") else axes.figure
+    plot = result.output_dir / "accuracy_vs_compute.png"
+    fig.savefig(plot, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    result.plot = plot
+    parent.log_artifact(plot, "figures")
+    if cfg.suite.report:
+        result.report = write_report(
+            df, result.output_dir / "report", title=f"sppo-bench suite {cfg.suite.name}"
+        )
+        parent.log_artifact(result.report.parent, "report")

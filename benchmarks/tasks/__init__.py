@@ -1,0 +1,1 @@
+"""Tasks: problems, prompts and graders (``arith`` generated in code; real datasets from JSONL)."""

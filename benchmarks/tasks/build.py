@@ -1,0 +1,17 @@
+"""``build_task``: a task from its config node (``task=arith`` or a real dataset)."""
+
+from __future__ import annotations
+
+from benchmarks.tasks.arith import ArithTask
+from benchmarks.tasks.base import Task
+from benchmarks.tasks.dataset_task import DatasetTask
+
+__all__ = ["build_task"]
+
+
+def build_task(cfg, tokenizer=None) -> Task:  # noqa: ANN001 - an omegaconf node or mapping
+    """Build the task named by ``cfg.name`` from its config group entry."""
+    kwargs = {k: v for k, v in dict(cfg).items() if k not in ("name", "max_new_tokens")}
+    if cfg["name"] == "arith":
+        return ArithTask(**kwargs)
+    return DatasetTask(name=cfg["name"], tokenizer=tokenizer, **kwargs)

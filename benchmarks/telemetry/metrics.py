@@ -1,0 +1,140 @@
+"""Metric and tag names: the schema shared by the harness (writer) and `analysis` (reader).
+
+Every name an MLflow run carries is defined here once, so a renamed metric breaks an import
+instead of silently producing an empty plot. DESIGN section 4 is the source of this schema.
+"""
+
+from __future__ import annotations
+
+import logging
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "COMPUTE_AXES",
+    "COMPUTE_FLOPS",
+    "COMPUTE_PROMPTS",
+    "COMPUTE_ROLLOUT_SAMPLES",
+    "COMPUTE_ROLLOUT_TOKENS",
+    "COMPUTE_WALL_S",
+    "MEMORY_PEAK_BYTES",
+    "TAG_ALGORITHM",
+    "TAG_BUDGET_KIND",
+    "TAG_ENGINE",
+    "TAG_GIT_COMMIT",
+    "TAG_MODEL",
+    "TAG_ROLE",
+    "TAG_SEED",
+    "TAG_TASK",
+    "TAG_VERSION",
+    "avg_at_name",
+    "eval_metric",
+    "flops_phase",
+    "parse_eval_metric",
+    "pass_at_name",
+    "pass_ks",
+    "wall_phase",
+]
+
+
+# --- compute meter: cumulative counters, logged with every step -----------------------------
+COMPUTE_ROLLOUT_TOKENS = "compute/rollout_tokens"
+COMPUTE_ROLLOUT_SAMPLES = "compute/rollout_samples"
+COMPUTE_PROMPTS = "compute/prompts"
+COMPUTE_FLOPS = "compute/flops"
+COMPUTE_WALL_S = "compute/wall_s"
+MEMORY_PEAK_BYTES = "memory/peak_bytes"
+#: The x-axes an accuracy-versus-compute plot may use.
+COMPUTE_AXES = (COMPUTE_FLOPS, COMPUTE_ROLLOUT_TOKENS, COMPUTE_ROLLOUT_SAMPLES, COMPUTE_WALL_S)
+#: Phases the FLOP and wall-clock counters are split into.
+PHASES = ("rollout", "reward", "logprob", "reference", "critic", "update", "eval")
+
+
+def flops_phase(phase: str) -> str:
+    """Cumulative analytic FLOPs of one phase, e.g. ``compute/flops/rollout``."""
+    return f"{COMPUTE_FLOPS}/{phase}"
+
+
+def wall_phase(phase: str) -> str:
+    """Cumulative wall seconds of one phase, e.g. ``compute/wall_s/update``."""
+    return f"{COMPUTE_WALL_S}/{phase}"
+
+
+# --- training --------------------------------------------------------------------------------
+TRAIN_REWARD_MEAN = "train/reward_mean"
+TRAIN_SCORE_MEAN = "train/score_mean"  # reward before shaping (accuracy of the samples)
+TRAIN_RESPONSE_LENGTH = "train/response_length"
+TRAIN_ENTROPY = "train/entropy"
+TRAIN_CLIP_FRAC = "train/clip_frac"
+TRAIN_KL = "train/kl"
+TRAIN_GRAD_NORM = "train/grad_norm"
+TRAIN_POLICY_LOSS = "train/policy_loss"
+TRAIN_KEPT_FRACTION = "train/kept_fraction"  # DAPO dynamic sampling
+TRAIN_GEN_BATCHES = "train/gen_batches"
+TRAIN_SKIPPED_STEPS = "train/skipped_steps"
+TRAIN_STEP = "train/step"
+#: |rollout engine's log-prob - trainer's recomputed log-prob| per response token, mean and max
+#: over a step's batch: the sampler/trainer mismatch (vLLM kernels, dtypes, stale weights).
+TRAIN_ROLLOUT_LOGPROB_DIFF_MEAN = "train/rollout_logprob_abs_diff"
+TRAIN_ROLLOUT_LOGPROB_DIFF_MAX = "train/rollout_logprob_abs_diff_max"
+
+CRITIC_VALUE_MEAN = "critic/value_mean"
+CRITIC_LOSS = "critic/loss"
+CRITIC_EXPLAINED_VAR = "critic/explained_variance"
+CRITIC_CALIBRATION = "critic/calibration_error"  # prompt critics: |mean p - mean R|
+CRITIC_GRAD_NORM = "critic/grad_norm"
+
+GRADER_TIMEOUTS = "grader/timeouts"
+GRADER_ERRORS = "grader/errors"
+
+# --- evaluation ------------------------------------------------------------------------------
+EVAL_PREFIX = "eval"
+#: Fraction of the budget at which an eval was taken (0.0 = start, 1.0 = end).
+EVAL_BUDGET_FRACTION = "eval/budget_fraction"
+
+
+def eval_metric(dataset: str, metric: str) -> str:
+    """Name of an evaluation metric: ``eval/<dataset>/<metric>``, e.g. ``eval/arith/accuracy``."""
+    return f"{EVAL_PREFIX}/{dataset}/{metric}"
+
+
+def parse_eval_metric(name: str) -> tuple[str, str] | None:
+    """Inverse of :func:`eval_metric`; ``None`` for names that are not eval metrics."""
+    parts = name.split("/")
+    if len(parts) != 3 or parts[0] != EVAL_PREFIX:
+        return None
+    return parts[1], parts[2]
+
+
+# --- tags ------------------------------------------------------------------------------------
+TAG_ROLE = "sppo_bench.role"  # "suite" (parent) | "run" (child) | "sweep" | "trial"
+TAG_ALGORITHM = "algorithm"
+TAG_SEED = "seed"
+TAG_TASK = "task"
+TAG_MODEL = "model"
+TAG_ENGINE = "engine"
+TAG_BUDGET_KIND = "budget_kind"
+TAG_BUDGET_LIMIT = "budget_limit"
+TAG_GIT_COMMIT = "git_commit"
+TAG_VERSION = "sppo_bench_version"
+
+
+def pass_ks(k: int) -> list[int]:
+    """The ``j`` of the pass@j metrics logged for ``k`` samples: 1, 2, 4, ... and ``k`` itself.
+
+    >>> pass_ks(16), pass_ks(6)
+    ([1, 2, 4, 8, 16], [1, 2, 4, 6])
+    """
+    if k < 1:
+        return []
+    return sorted({2**i for i in range(k.bit_length()) if 2**i <= k} | {k})
+
+
+def avg_at_name(k: int) -> str:
+    """Metric leaf of avg@k: ``avg_at_16`` (MLflow allows no ``@`` in metric names)."""
+    return f"avg_at_{k}"
+
+
+def pass_at_name(k: int) -> str:
+    """Metric leaf of pass@k: ``pass_at_16``."""
+    return f"pass_at_{k}"

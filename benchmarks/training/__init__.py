@@ -1,0 +1,1 @@
+"""Training: the native RL trainer, its config, checkpoints, the models and the supervised warm start."""
