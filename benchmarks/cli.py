@@ -61,7 +61,8 @@ def _cmd_run(overrides: list[str]) -> int:
             from benchmarks.verl_engine.launch import plans as verl_plans
 
             verl_plans(cfg, plans[0])  # translation errors are configuration errors too
-        preflight(cfg)
+        for plan in plans:  # validated once above; the run gets these plans, not the config
+            preflight(plan)
     except PreflightError as e:
         sys.stderr.write(f"sppo-bench: cannot start: {e}\n")
         return 2
@@ -80,7 +81,10 @@ def _cmd_run(overrides: list[str]) -> int:
             from benchmarks.verl_engine.launch import run_verl_suite
 
             return run_verl_suite(cfg, plans[0])
-        result = run_grid(cfg, grid) if grid else run_suite(cfg)
+        if grid:
+            result = run_grid(cfg, [(v, plan) for (v, _), plan in zip(grid, plans, strict=True)])
+        else:
+            result = run_suite(plans[0])
     except KeyboardInterrupt:
         sys.stderr.write("sppo-bench: interrupted (resume=auto continues where it stopped)\n")
         return 130

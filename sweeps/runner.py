@@ -487,6 +487,7 @@ def _prewarm(cfg: Any) -> None:
     try:
         import torch
 
+        from benchmarks.suite.plan import validate
         from benchmarks.suite.run_one import load_start_model
         from benchmarks.tasks.arith import ArithTask
         from benchmarks.tasks.build import build_task
@@ -502,7 +503,7 @@ def _prewarm(cfg: Any) -> None:
         task = build_task(cfg.task)
         tokenizer = build_char_tokenizer(ArithTask.alphabet)
         try:
-            load_start_model(cfg, int(cfg.seed), task, tokenizer)
+            load_start_model(validate(cfg), int(cfg.seed), task, tokenizer)
         finally:
             close = getattr(task, "close", None)
             if close:

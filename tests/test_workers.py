@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -89,21 +90,21 @@ def test_jobs_field_is_validated():
 
 
 def test_what_keeps_a_suite_in_one_process():
-    cfg = compose_config(MICRO)
-    algs = validate(cfg).algorithms
-    assert parallel_blocker(cfg, algs, on_eval=False) is None
-    assert "sweep" in parallel_blocker(cfg, algs, on_eval=True)
-    real = compose_config([*MICRO, "model=hf", "model.name_or_path=some/model"])
-    assert "checkpoint" in parallel_blocker(real, algs, on_eval=False)
-    gpu = compose_config([*MICRO, "engine.device=cuda"])
-    assert "engine.device" in parallel_blocker(gpu, algs, on_eval=False)
+    plan = validate(compose_config(MICRO))
+    algs = plan.algorithms
+    assert parallel_blocker(plan, on_eval=False) is None
+    assert "sweep" in parallel_blocker(plan, on_eval=True)
+    real = validate(compose_config([*MICRO, "model=hf", "model.name_or_path=some/model"]))
+    assert "checkpoint" in parallel_blocker(real, on_eval=False)
+    gpu = validate(compose_config([*MICRO, "engine.device=cuda"]))
+    assert "engine.device" in parallel_blocker(gpu, on_eval=False)
 
     class Local(type(algs["grpo"])):  # a class a spawned worker cannot import
         pass
 
     local = Local.__new__(Local)
     local.__dict__.update(algs["grpo"].__dict__)
-    why = parallel_blocker(cfg, {**algs, "local": local}, on_eval=False)
+    why = parallel_blocker(replace(plan, algorithms={**algs, "local": local}), on_eval=False)
     assert why is not None and "local" in why
 
 

@@ -6,7 +6,10 @@ import logging
 import logging.handlers
 import os
 import pickle
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from benchmarks.suite.plan import SuitePlan
 
 log = logging.getLogger(__name__)
 
@@ -61,17 +64,18 @@ def resolve_jobs(value: Any, tasks: int, available: int | None = None) -> int:
     return max(1, min(n, tasks))
 
 
-def parallel_blocker(cfg: Any, algorithms: dict[str, Any], *, on_eval: bool) -> str | None:
+def parallel_blocker(plan: SuitePlan, *, on_eval: bool) -> str | None:
     """Why this suite must run in one process, or None when workers can run it."""
     if on_eval:
         return "an on_eval callback (a sweep trial) is called in this process"
-    if cfg.model.name_or_path is not None:
+    if plan.model.real:
         return "a real checkpoint is loaded once and shared"
-    if str(cfg.engine.device) != "cpu":
-        return f"engine.device={cfg.engine.device} (one accelerator)"
-    if str(cfg.engine.get("rollout", "torch")) != "torch":
-        return f"engine.rollout={cfg.engine.rollout}"
-    for name, alg in algorithms.items():
+    if plan.device != "cpu":
+        return f"engine.device={plan.device} (one accelerator)"
+    rollout = str(plan.engine.get("rollout", "torch"))
+    if rollout != "torch":
+        return f"engine.rollout={rollout}"
+    for name, alg in plan.algorithms.items():
         module = type(alg).__module__
         if module == "__main__":
             return f"algorithm {name!r} is defined in __main__, which a worker cannot import"

@@ -6,8 +6,10 @@ raises ``ConfigError`` naming it and what is allowed.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from algorithms import Algorithm, ConfigError, get_algorithm
@@ -21,21 +23,66 @@ from benchmarks.training.modeling import ModelSpec
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SuitePlan", "as_dict", "model_spec", "validate"]
+__all__ = ["ModelPlan", "SuitePlan", "as_dict", "model_spec", "validate"]
 
 
 _TRAINER_KEYS = {f for f in TrainerConfig.__dataclass_fields__}
 
 
+@dataclass(frozen=True)
+class ModelPlan:
+    """The policy to start from: a real checkpoint (``name_or_path``) or the tiny Llama."""
+
+    name_or_path: str | None
+    dtype: str
+    #: The tiny model's shape (None for a real checkpoint, whose shape is its own).
+    spec: ModelSpec | None
+    #: The ``model`` node as given: part of the warm start's cache identity.
+    node: dict[str, Any]
+
+    @property
+    def real(self) -> bool:
+        return self.name_or_path is not None
+
+
 @dataclass
 class SuitePlan:
-    """Everything validated up front, so a bad field fails before any compute."""
+    """A suite, validated once: everything a run needs, typed, so that nothing downstream (the
+    suite, a run, a worker, preflight, the verl translation) reads the raw config again. A bad
+    field fails while building it, before any compute."""
 
     algorithms: dict[str, Algorithm]
     trainer: dict[str, TrainerConfig]
     budget: Budget
     seeds: list[int]
     task: Task
+    model: ModelPlan
+    #: The ``task`` node (a real model's task is rebuilt with its tokenizer: chat templates).
+    task_node: dict[str, Any]
+    #: The ``warmstart`` node (its phases checked).
+    warmstart: dict[str, Any]
+    #: The ``engine`` node: ``name``, ``device``, ``rollout`` and the engine's own settings.
+    engine: dict[str, Any]
+    tracking_uri: str
+    #: Where ``tracking_uri`` came from, for messages: ``tracking.uri`` or the environment.
+    tracking_key: str
+    experiment: str
+    suite_name: str
+    #: Write the analysis report at the end (``suite.report``).
+    report: bool
+    output_dir: Path
+    cache_dir: str | None
+    min_free_disk_gb: float
+    resume: str
+    #: ``jobs`` as given (``auto`` or an integer); resolved against the runs at start.
+    jobs: Any
+    threads: int
+    #: The whole resolved config: run params, the config hash, what a worker validates again.
+    resolved: dict[str, Any]
+
+    @property
+    def device(self) -> str:
+        return str(self.engine["device"])
 
 
 def as_dict(node: Any) -> dict[str, Any]:
@@ -49,7 +96,6 @@ def as_dict(node: Any) -> dict[str, Any]:
 def validate(cfg: Any) -> SuitePlan:
     """Build every algorithm, trainer config and the budget; raise ConfigError naming the field."""
     import importlib
-    import os
     import sys
 
     if cfg.get("plugins") and os.getcwd() not in sys.path:
@@ -150,7 +196,43 @@ def validate(cfg: Any) -> SuitePlan:
             raise ConfigError(str(e)) from e
     if cfg.engine.name == "torch":  # verl's own `engine.rollout` names verl's backend
         check_rollout_config(cfg.engine)
-    return SuitePlan(built, trainers, budget, seeds, task)
+    from omegaconf import OmegaConf
+
+    from benchmarks.telemetry.tracking import default_tracking_uri
+
+    model_node = as_dict(cfg.model)
+    min_free = float(cfg.get("min_free_disk_gb", 0.0))
+    if not min_free >= 0:
+        raise ConfigError(f"min_free_disk_gb={min_free} must be >= 0")
+    from_env = not cfg.tracking.uri and os.environ.get("MLFLOW_TRACKING_URI")
+    return SuitePlan(
+        algorithms=built,
+        trainer=trainers,
+        budget=budget,
+        seeds=seeds,
+        task=task,
+        model=ModelPlan(
+            name_or_path=None if not real_model else str(cfg.model.name_or_path),
+            dtype=str(cfg.model.dtype),
+            spec=None if real_model else model_spec(model_node),
+            node=model_node,
+        ),
+        task_node=as_dict(cfg.task),
+        warmstart=as_dict(cfg.warmstart),
+        engine=as_dict(cfg.engine),
+        tracking_uri=str(cfg.tracking.uri or default_tracking_uri()),
+        tracking_key="MLFLOW_TRACKING_URI" if from_env else "tracking.uri",
+        experiment=str(cfg.tracking.experiment),
+        suite_name=str(cfg.suite.name),
+        report=bool(cfg.suite.get("report", True)),
+        output_dir=Path(str(cfg.output_dir)),
+        cache_dir=None if not cfg.get("cache_dir") else str(cfg.cache_dir),
+        min_free_disk_gb=min_free,
+        resume=str(cfg.get("resume", "never")),
+        jobs=cfg.get("jobs", 1),
+        threads=int(cfg.threads),
+        resolved=OmegaConf.to_container(cfg, resolve=True),  # type: ignore[arg-type]
+    )
 
 
 def model_spec(model_cfg: Mapping[str, Any]) -> ModelSpec:

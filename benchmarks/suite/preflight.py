@@ -11,7 +11,6 @@ with exponential backoff for minutes, printing nothing, which to a user looks li
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import threading
@@ -19,9 +18,12 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from algorithms import ConfigError
+
+if TYPE_CHECKING:
+    from benchmarks.suite.plan import SuitePlan
 
 __all__ = ["PROBE_TIMEOUT_S", "PreflightError", "check_tracking_uri", "preflight"]
 
@@ -159,16 +161,11 @@ def check_tracking_uri(
         )
 
 
-def preflight(cfg: Any) -> None:
-    """Raise :class:`PreflightError` if an output location is unwritable or short of space."""
-    from benchmarks.telemetry.tracking import default_tracking_uri
-
-    min_free = float(cfg.get("min_free_disk_gb", 0.0))
-    if not min_free >= 0:
-        raise ConfigError(f"min_free_disk_gb={min_free} must be >= 0")
-    _writable_dir("output_dir", str(cfg.output_dir), Path(cfg.output_dir), min_free)
-    if cfg.get("cache_dir"):
-        _writable_dir("cache_dir", str(cfg.cache_dir), Path(cfg.cache_dir), min_free)
-    from_env = not cfg.tracking.uri and os.environ.get("MLFLOW_TRACKING_URI")
-    key = "MLFLOW_TRACKING_URI" if from_env else "tracking.uri"
-    check_tracking_uri(str(cfg.tracking.uri or default_tracking_uri()), min_free, key=key)
+def preflight(plan: SuitePlan) -> None:
+    """Raise :class:`PreflightError` if an output location is unwritable or short of space, or
+    the tracking store cannot be written now."""
+    min_free = plan.min_free_disk_gb
+    _writable_dir("output_dir", str(plan.output_dir), plan.output_dir, min_free)
+    if plan.cache_dir:
+        _writable_dir("cache_dir", plan.cache_dir, Path(plan.cache_dir), min_free)
+    check_tracking_uri(plan.tracking_uri, min_free, key=plan.tracking_key)

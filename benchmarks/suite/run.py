@@ -33,7 +33,6 @@ from benchmarks.tasks.build import build_task
 from benchmarks.telemetry import metrics as M
 from benchmarks.telemetry.tracking import (
     MlflowTracker,
-    default_tracking_uri,
     flatten,
     git_commit,
     prepare_store,
@@ -61,14 +60,15 @@ class SuiteResult:
 
 
 def run_suite(
-    cfg: Any,
+    suite: SuitePlan | Any,
     *,
     progress: bool = True,
     parent_run_id: str | None = None,
     extra_tags: Mapping[str, str] | None = None,
     on_eval: Callable[[str, int, float, float], None] | None = None,
 ) -> SuiteResult:
-    """Run the suite described by a composed config (see ``benchmarks/conf/config.yaml``).
+    """Run the suite of a plan, or of a composed config (see ``benchmarks/conf/config.yaml``),
+    which is then validated and preflighted here (the CLI does both once, and passes the plan).
 
     By default the runs nest under a new parent run, and the suite ends with a plot and a report.
     With ``parent_run_id`` (a sweep's trial) the runs nest under that run instead, and no plot or
@@ -76,48 +76,47 @@ def run_suite(
     evaluation; an exception it raises (e.g. ``optuna.TrialPruned``) ends the suite.
     """
     from mlflow.tracking import MlflowClient
-    from omegaconf import OmegaConf
-
-    from benchmarks.suite.preflight import preflight
 
     t0 = time.perf_counter()
-    plan = validate(cfg)
-    preflight(cfg)  # a full disk or an unwritable store fails here, before any compute
-    torch.set_num_threads(int(cfg.threads))
-    device = torch.device(cfg.engine.device)
-    if cfg.engine.name != "torch":
-        raise ConfigError(f"engine.name={cfg.engine.name!r}: the native trainer supports ['torch']")
+    plan = suite if isinstance(suite, SuitePlan) else _validated(suite)
+    torch.set_num_threads(plan.threads)
+    device = torch.device(plan.device)
+    if plan.engine["name"] != "torch":
+        raise ConfigError(
+            f"engine.name={plan.engine['name']!r}: the native trainer supports ['torch']"
+        )
 
-    real_model = cfg.model.name_or_path is not None
+    real_model = plan.model.real
     if real_model:
-        base_model, tokenizer = load_hf(cfg)
-        task = build_task(cfg.task, tokenizer=tokenizer)  # chat templates need the tokenizer
+        base_model, tokenizer = load_hf(plan)
+        task = build_task(plan.task_node, tokenizer=tokenizer)  # chat templates need it
     else:
         tokenizer = build_char_tokenizer(ArithTask.alphabet)
         task = plan.task
 
-    uri = cfg.tracking.uri or default_tracking_uri()
-    exp_name = str(cfg.tracking.experiment)
+    uri = plan.tracking_uri
+    exp_name = plan.experiment
     exp_id = prepare_store(uri, exp_name)
     client = MlflowClient(uri)
-    out_dir = Path(cfg.output_dir).resolve()
+    out_dir = plan.output_dir.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
-    resolved = OmegaConf.to_container(cfg, resolve=True)
+    resolved = plan.resolved
+    task_name = str(plan.task_node["name"])
     tags = {
-        M.TAG_TASK: str(cfg.task.name),
-        M.TAG_MODEL: str(cfg.model.name_or_path or "tiny-llama"),
-        M.TAG_ENGINE: str(cfg.engine.name),
+        M.TAG_TASK: task_name,
+        M.TAG_MODEL: str(plan.model.name_or_path or "tiny-llama"),
+        M.TAG_ENGINE: str(plan.engine["name"]),
         M.TAG_BUDGET_KIND: plan.budget.kind,
         M.TAG_BUDGET_LIMIT: str(plan.budget.limit),
         M.TAG_GIT_COMMIT: git_commit(),
         M.TAG_VERSION: package_version(),
-        **({"horizon": str(cfg.task.horizon)} if cfg.task.name == "arith" else {}),
+        **({"horizon": str(plan.task_node["horizon"])} if task_name == "arith" else {}),
         **dict(extra_tags or {}),
     }
     result = SuiteResult([], uri, exp_name, parent_run_id, out_dir, experiment_id=exp_id)
     chash = ckpt.config_hash(resolved)
     previous = None
-    if parent_run_id is None and cfg.get("resume", "never") == "auto":
+    if parent_run_id is None and plan.resume == "auto":
         previous = ckpt.find_resumable(client, exp_id, chash)
         log.info(
             "resume=auto: %s",
@@ -133,7 +132,7 @@ def run_suite(
                 MlflowTracker.start(
                     client,
                     exp_id,
-                    run_name=f"suite-{cfg.suite.name}",
+                    run_name=f"suite-{plan.suite_name}",
                     tags={**tags, M.TAG_ROLE: "suite", ckpt.TAG_CONFIG_HASH: chash},
                     params=flatten(resolved),
                 )
@@ -141,12 +140,12 @@ def run_suite(
             result.parent_run_id = parent.run_id
             parent.log_dict(resolved, "config.yaml")
         bar = stack.enter_context(_progress(progress))
-        ctx = RunContext(cfg, plan, client, exp_id, tags, resolved, task, tokenizer, bar, on_eval)
+        ctx = RunContext(plan, client, exp_id, tags, resolved, task, tokenizer, bar, on_eval)
         ctx.out_dir, ctx.config_hash, ctx.checkpoints = out_dir, chash, parent is not None
         if previous is not None:
             ctx.previous = ckpt.child_runs(client, exp_id, previous.info.run_id)
         try:
-            jobs = _jobs(cfg, plan, on_eval)
+            jobs = _jobs(plan, on_eval)
             if jobs > 1:
                 shared = {
                     "uri": uri,
@@ -168,7 +167,7 @@ def run_suite(
                     if real_model:
                         start, ws_info = base_model, {"steps": 0, "val_accuracy": float("nan")}
                     else:
-                        start, ws_info = load_start_model(cfg, seed, task, tokenizer)
+                        start, ws_info = load_start_model(plan, seed, task, tokenizer)
                     result.warmstart[str(seed)] = ws_info
                     start.to(device)
                     for name, alg in plan.algorithms.items():
@@ -181,19 +180,29 @@ def run_suite(
         if parent is not None:
             failed = sum(r.status != "FINISHED" for r in result.runs)
             parent.log_metrics({"suite/wall_s": result.wall_s, "suite/failed_runs": failed}, step=0)
-            _finish(result, cfg, parent)
+            _finish(result, plan, parent)
     return result
 
 
-def _jobs(cfg: Any, plan: SuitePlan, on_eval: Callable | None) -> int:
+def _validated(cfg: Any) -> SuitePlan:
+    """Validate and preflight a composed config: a bad field, a full disk or an unwritable store
+    fails here, before any compute."""
+    from benchmarks.suite.preflight import preflight
+
+    plan = validate(cfg)
+    preflight(plan)
+    return plan
+
+
+def _jobs(plan: SuitePlan, on_eval: Callable | None) -> int:
     """Worker processes for this suite (``jobs``); 1 where the runs must share this process."""
     from benchmarks.suite.jobs import parallel_blocker, resolve_jobs
 
-    jobs = resolve_jobs(cfg.get("jobs", 1), len(plan.seeds) * len(plan.algorithms))
+    jobs = resolve_jobs(plan.jobs, len(plan.seeds) * len(plan.algorithms))
     if jobs > 1:
-        why = parallel_blocker(cfg, plan.algorithms, on_eval=on_eval is not None)
+        why = parallel_blocker(plan, on_eval=on_eval is not None)
         if why is not None:
-            log.info("jobs=%s: running in one process: %s", cfg.get("jobs"), why)
+            log.info("jobs=%s: running in one process: %s", plan.jobs, why)
             return 1
     return jobs
 
@@ -226,8 +235,7 @@ def _run_in_workers(
         summaries.update(
             run_parallel(
                 jobs=min(jobs, sum(len(t) for _, t in work)),
-                resolved=ctx.resolved,
-                algorithms=plan.algorithms,
+                plan=plan,
                 work=work,
                 shared=shared,
                 bar=ctx.bar,
@@ -262,27 +270,34 @@ def grid_configs(cfg: Any, overrides: Sequence[str]) -> list[tuple[Any, Any]]:
     return points
 
 
-def run_grid(cfg: Any, points: Sequence[tuple[Any, Any]], *, progress: bool = True) -> SuiteResult:
-    """Run one suite per grid point under a single parent run; one report over all of them."""
+def run_grid(
+    cfg: Any, points: Sequence[tuple[Any, SuitePlan | Any]], *, progress: bool = True
+) -> SuiteResult:
+    """Run one suite per grid point under a single parent run; one report over all of them.
+    ``points`` are (value, plan) pairs, or (value, config) pairs that are validated here."""
     from mlflow.tracking import MlflowClient
-    from omegaconf import OmegaConf
 
     t0 = time.perf_counter()
-    if cfg.get("resume", "never") != "never":
+    root = _validated(cfg) if not isinstance(cfg, SuitePlan) else cfg
+    if root.resume != "never":
         raise ConfigError("resume=auto: not supported with suite.grid yet; use resume=never")
-    key = next(iter(cfg.suite.grid))
-    uri = cfg.tracking.uri or default_tracking_uri()
-    exp_id = prepare_store(uri, str(cfg.tracking.experiment))
+    key = next(iter(root.resolved["suite"]["grid"]))
+    uri = root.tracking_uri
+    exp_id = prepare_store(uri, root.experiment)
     client = MlflowClient(uri)
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    out_dir = Path(cfg.output_dir).resolve()
+    resolved = root.resolved
+    out_dir = root.output_dir.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
-    result = SuiteResult([], uri, str(cfg.tracking.experiment), None, out_dir, experiment_id=exp_id)
+    result = SuiteResult([], uri, root.experiment, None, out_dir, experiment_id=exp_id)
     with MlflowTracker.start(
         client,
         exp_id,
-        run_name=f"suite-{cfg.suite.name}",
-        tags={M.TAG_ROLE: "suite", M.TAG_TASK: str(cfg.task.name), M.TAG_GIT_COMMIT: git_commit()},
+        run_name=f"suite-{root.suite_name}",
+        tags={
+            M.TAG_ROLE: "suite",
+            M.TAG_TASK: str(root.task_node["name"]),
+            M.TAG_GIT_COMMIT: git_commit(),
+        },
         params=flatten(resolved),
     ) as parent:
         result.parent_run_id = parent.run_id
@@ -298,7 +313,7 @@ def run_grid(cfg: Any, points: Sequence[tuple[Any, Any]], *, progress: bool = Tr
             result.warmstart.update({f"{key}={value}/{k}": v for k, v in part.warmstart.items()})
         result.wall_s = time.perf_counter() - t0
         parent.log_metrics({"suite/wall_s": result.wall_s}, step=0)
-        _finish(result, cfg, parent)
+        _finish(result, root, parent)
     return result
 
 
@@ -330,7 +345,7 @@ def _progress(enabled: bool):  # noqa: ANN202
     )
 
 
-def _finish(result: SuiteResult, cfg: Any, parent: MlflowTracker) -> None:
+def _finish(result: SuiteResult, plan: SuitePlan, parent: MlflowTracker) -> None:
     """The plot and report, logged to the parent run."""
     from analysis import eval_points, load_runs, plot_panels, write_report
 
@@ -346,8 +361,8 @@ def _finish(result: SuiteResult, cfg: Any, parent: MlflowTracker) -> None:
     axes = plot_panels(
         points,
         x=M.COMPUTE_ROLLOUT_SAMPLES
-        if cfg.budget.kind == "samples"
-        else f"compute/{cfg.budget.kind}",
+        if plan.budget.kind == "samples"
+        else f"compute/{plan.budget.kind}",
     )
     fig = axes[0].figure if hasattr(axes, "__getitem__") else axes.figure
     plot = result.output_dir / "accuracy_vs_compute.png"
@@ -355,8 +370,8 @@ def _finish(result: SuiteResult, cfg: Any, parent: MlflowTracker) -> None:
     plt.close(fig)
     result.plot = plot
     parent.log_artifact(plot, "figures")
-    if cfg.suite.report:
+    if plan.report:
         result.report = write_report(
-            df, result.output_dir / "report", title=f"sppo-bench suite {cfg.suite.name}"
+            df, result.output_dir / "report", title=f"sppo-bench suite {plan.suite_name}"
         )
         parent.log_artifact(result.report.parent, "report")

@@ -15,7 +15,7 @@ import torch
 
 from algorithms import Algorithm
 from benchmarks.engines.factory import make_engine_factory
-from benchmarks.suite.plan import SuitePlan, as_dict, model_spec
+from benchmarks.suite.plan import SuitePlan
 from benchmarks.tasks.arith import ArithTask
 from benchmarks.tasks.base import Task
 from benchmarks.telemetry import metrics as M
@@ -32,19 +32,23 @@ log = logging.getLogger(__name__)
 __all__ = ["RunContext", "load_start_model", "package_version", "run_one"]
 
 
-def load_start_model(cfg: Any, seed: int, task: Task, tokenizer) -> tuple[torch.nn.Module, dict]:  # noqa: ANN001
+def load_start_model(
+    plan: SuitePlan, seed: int, task: Task, tokenizer: Any
+) -> tuple[torch.nn.Module, dict]:
+    """The tiny model every algorithm of ``seed`` starts from: the supervised warm start, built
+    once per (task, model, seed) and read from its cache after."""
     from benchmarks.training.warmstart import warm_start
 
-    model_cfg = as_dict(cfg.model)
-    spec = model_spec(model_cfg)
+    spec = plan.model.spec
+    assert spec is not None, "a real checkpoint has no warm start"
 
     def build() -> torch.nn.Module:
         return build_tiny_llama(spec, len(tokenizer), seed=seed)
 
-    ws = as_dict(cfg.warmstart)
+    ws = dict(plan.warmstart)
     if not ws.pop("enabled", True) or not isinstance(task, ArithTask):
         return build(), {"steps": 0, "val_accuracy": float("nan"), "cached": False, "path": None}
-    identity = {"task": as_dict(cfg.task), "model": model_cfg}
+    identity = {"task": plan.task_node, "model": plan.model.node}
     return warm_start(
         task=task,
         build_model=build,
@@ -52,20 +56,20 @@ def load_start_model(cfg: Any, seed: int, task: Task, tokenizer) -> tuple[torch.
         cfg=ws,
         identity=identity,
         seed=seed,
-        cache_dir=cfg.cache_dir,
-        max_new_tokens=int(cfg.task.max_new_tokens),
+        cache_dir=plan.cache_dir,
+        max_new_tokens=int(plan.task_node["max_new_tokens"]),
     )
 
 
-def load_hf(cfg: Any):  # noqa: ANN202
+def load_hf(plan: SuitePlan) -> tuple[torch.nn.Module, Any]:
+    """A real checkpoint and its tokenizer (left padding, as every engine expects)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    name = cfg.model.name_or_path
+    name = plan.model.name_or_path
     tok = AutoTokenizer.from_pretrained(name, padding_side="left")
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
-    dtype = getattr(torch, str(cfg.model.dtype))
-    model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype)
+    model = AutoModelForCausalLM.from_pretrained(name, dtype=getattr(torch, plan.model.dtype))
     return model, tok
 
 
@@ -73,7 +77,6 @@ def load_hf(cfg: Any):  # noqa: ANN202
 class RunContext:
     """What every run of one invocation shares."""
 
-    cfg: Any
     plan: SuitePlan
     client: Any
     exp_id: str
@@ -94,7 +97,7 @@ class RunContext:
 def run_one(
     ctx: RunContext, parent_id: str | None, name: str, alg: Algorithm, seed: int, start
 ) -> RunSummary:  # noqa: ANN001, E501
-    cfg, plan, resolved = ctx.cfg, ctx.plan, ctx.resolved
+    plan, resolved = ctx.plan, ctx.resolved
     tcfg = plan.trainer[name]
     run_params = flatten(
         {
@@ -162,7 +165,7 @@ def run_one(
                 tokenizer=ctx.tokenizer,
                 task=ctx.task,
                 engine_factory=make_engine_factory(
-                    cfg.engine, ctx.tokenizer, model_path=cfg.model.name_or_path, seed=seed
+                    plan.engine, ctx.tokenizer, model_path=plan.model.name_or_path, seed=seed
                 ),
                 budget=plan.budget,
                 config=tcfg,

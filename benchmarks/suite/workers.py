@@ -90,16 +90,19 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
-def _init_worker(resolved: dict, level: int, q: Any, algorithms: dict[str, Any]) -> None:
+def _init_worker(plan: Any, level: int, q: Any) -> None:
     _die_with_parent()
     try:
-        _start_worker(resolved, level, q, algorithms)
+        _start_worker(plan, level, q)
     except Exception as e:  # raised again by the worker's first task (see _reported)
         _W["init_error"] = f"{type(e).__name__}: {e}"
 
 
-def _start_worker(resolved: dict, level: int, q: Any, algorithms: dict[str, Any]) -> None:
-    from omegaconf import OmegaConf
+def _start_worker(plan: Any, level: int, q: Any) -> None:
+    """Set up a worker from the parent's validated plan (sent, not validated again). The user's
+    plugins are imported first: they may register what the runs look up by name."""
+    import importlib
+    import sys
 
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no bars behind the parent's
     root = logging.getLogger()
@@ -109,13 +112,13 @@ def _start_worker(resolved: dict, level: int, q: Any, algorithms: dict[str, Any]
         logging.getLogger(noisy).setLevel(logging.WARNING)
     import torch
 
-    from benchmarks.suite.plan import validate
-
-    cfg = OmegaConf.create(resolved)
-    torch.set_num_threads(int(cfg.threads))
-    plan = validate(cfg)  # imports the plugins and builds the task, as in the parent
-    plan.algorithms = dict(algorithms)  # the parent's instances (their modules are imported)
-    _W.update(cfg=cfg, plan=plan, q=q, resolved=resolved)
+    plugins = plan.resolved.get("plugins") or []
+    if plugins and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    for module in plugins:
+        importlib.import_module(str(module))
+    torch.set_num_threads(plan.threads)
+    _W.update(plan=plan, q=q)
 
 
 def _tokenizer() -> Any:
@@ -131,7 +134,7 @@ def _tokenizer() -> Any:
 def _warm_start(seed: int) -> dict:
     from benchmarks.suite.run_one import load_start_model
 
-    _, info = load_start_model(_W["cfg"], seed, _W["plan"].task, _tokenizer())
+    _, info = load_start_model(_W["plan"], seed, _W["plan"].task, _tokenizer())
     return info
 
 
@@ -142,16 +145,15 @@ def _run(name: str, seed: int, shared: dict) -> Any:
     from benchmarks.suite.run_one import RunContext, load_start_model, run_one
     from benchmarks.training import checkpoint as ckpt
 
-    cfg, plan = _W["cfg"], _W["plan"]
-    start, _ = load_start_model(cfg, seed, plan.task, _tokenizer())  # cached by now
+    plan = _W["plan"]
+    start, _ = load_start_model(plan, seed, plan.task, _tokenizer())  # cached by now
     client = MlflowClient(shared["uri"])
     ctx = RunContext(
-        cfg,
         plan,
         client,
         shared["exp_id"],
         shared["tags"],
-        _W["resolved"],
+        plan.resolved,
         plan.task,
         _tokenizer(),
         _QueueBar(_W["q"]),
@@ -187,8 +189,7 @@ def _drain(q: Any, bar: Any, bar_ids: dict[str, Any]) -> None:
 def run_parallel(
     *,
     jobs: int,
-    resolved: dict,
-    algorithms: dict[str, Any],
+    plan: Any,
     work: list[tuple[int, list[str]]],
     shared: dict,
     bar: Any,
@@ -209,7 +210,7 @@ def run_parallel(
         max_workers=jobs,
         mp_context=ctx,
         initializer=_init_worker,
-        initargs=(resolved, level, q, algorithms),
+        initargs=(plan, level, q),
     ) as pool:
         pending: dict[Future, tuple[str, int, list[str] | str]] = {}
         for seed, names in work:  # warm starts first: the next seed's is built meanwhile
