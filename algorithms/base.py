@@ -4,7 +4,7 @@ An algorithm is a class registered with ``@register_algorithm("name")``: a froze
 hyper-parameter dataclass (``Config``) plus pure tensor functions (reward shaping, batch filter,
 advantages, policy loss, value loss). The harness owns everything else (rollout, grading,
 models, optimisers); it only ever calls the methods declared on :class:`Algorithm`, so a new
-algorithm needs no harness change (DESIGN section 2).
+algorithm needs no harness change (docs/design.md §2).
 
 Third-party packages register algorithms through the entry-point group
 ``sppo_bench.algorithms``: each entry point is loaded once, on the first registry lookup;

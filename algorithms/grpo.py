@@ -28,7 +28,7 @@ __all__ = ["GRPO", "GRPOConfig"]
 
 @dataclass(frozen=True, kw_only=True)
 class GRPOConfig(GroupConfig):
-    """GRPO hyper-parameters; defaults follow DESIGN section 2 (DeepSeekMath + verl)."""
+    """GRPO hyper-parameters; defaults follow docs/design.md §2 (DeepSeekMath + verl)."""
 
     group_size: int = config_field(8, "Samples per prompt (G); must be >= 2.", ge=2)
     norm_adv_by_std: bool = config_field(

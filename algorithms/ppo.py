@@ -38,7 +38,7 @@ __all__ = ["PPO", "PPOConfig", "gae"]
 
 @dataclass(frozen=True, kw_only=True)
 class PPOConfig(AlgorithmConfig):
-    """PPO hyper-parameters; defaults follow DESIGN section 2 and verl."""
+    """PPO hyper-parameters; defaults follow docs/design.md §2 and verl."""
 
     n: int = config_field(1, "Responses per prompt.", ge=1)
     gamma: float = config_field(1.0, "GAE discount factor.", ge=0.0, le=1.0)

@@ -14,7 +14,7 @@ notebook or CI job can analyse a store without the training stack. Typical use::
     write_report(df, "reports/default-suite")
 
 Uncertainty follows rliable (dict[algorithm] -> array(runs, tasks)): stratified bootstrap
-intervals, IQM, probability of improvement (DESIGN section 6, STYLE rliable anchor).
+intervals, IQM, probability of improvement (docs/design.md §6; the shapes follow rliable).
 """
 
 from ._common import (

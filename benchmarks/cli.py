@@ -101,7 +101,7 @@ def _cmd_run(overrides: list[str]) -> int:
     return 0 if all(r.status == "FINISHED" for r in result.runs) else 1
 
 
-def _print_result(result) -> None:  # noqa: ANN001
+def _print_result(result) -> None:
     from rich.console import Console
     from rich.table import Table
 

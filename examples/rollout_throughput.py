@@ -18,7 +18,7 @@ import time
 import torch
 
 
-def _measure(engine, prompts: list[str], max_new_tokens: int, repeats: int) -> float:  # noqa: ANN001
+def _measure(engine, prompts: list[str], max_new_tokens: int, repeats: int) -> float:
     kw = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": max_new_tokens}
     engine.generate(prompts, seed=0, **kw)  # warm-up
     rates = []

@@ -318,20 +318,20 @@ def run_grid(
 
 
 class _NoBar:
-    def add_task(self, *a, **k) -> int:  # noqa: ANN002, ANN003
+    def add_task(self, *a, **k) -> int:
         return 0
 
-    def update(self, *a, **k) -> None:  # noqa: ANN002, ANN003
+    def update(self, *a, **k) -> None:
         pass
 
     def __enter__(self) -> _NoBar:
         return self
 
-    def __exit__(self, *a) -> None:  # noqa: ANN002
+    def __exit__(self, *a) -> None:
         pass
 
 
-def _progress(enabled: bool):  # noqa: ANN202
+def _progress(enabled: bool):
     if not enabled:
         return _NoBar()
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn

@@ -95,8 +95,16 @@ class RunContext:
 
 
 def run_one(
-    ctx: RunContext, parent_id: str | None, name: str, alg: Algorithm, seed: int, start
-) -> RunSummary:  # noqa: ANN001, E501
+    ctx: RunContext,
+    parent_id: str | None,
+    name: str,
+    alg: Algorithm,
+    seed: int,
+    start: torch.nn.Module,
+) -> RunSummary:
+    """Train ``alg`` from a copy of ``start`` in its own MLflow child run (resumed from its
+    checkpoint where ``resume=auto`` found one); a run that fails is recorded, not raised, so
+    the suite goes on."""
     plan, resolved = ctx.plan, ctx.resolved
     tcfg = plan.trainer[name]
     run_params = flatten(
@@ -155,7 +163,7 @@ def run_one(
                 fields = {"acc": f"{m['acc']:.3f}"} if "acc" in m else {}
                 bar.update(task_id, completed=min(frac, 1.0), **fields)
 
-            def on_eval(frac: float, res) -> None:  # noqa: ANN001
+            def on_eval(frac: float, res) -> None:
                 if ctx.on_eval is not None:
                     ctx.on_eval(name, seed, frac, res.accuracy)
 

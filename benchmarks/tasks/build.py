@@ -9,7 +9,7 @@ from benchmarks.tasks.dataset_task import DatasetTask
 __all__ = ["build_task"]
 
 
-def build_task(cfg, tokenizer=None) -> Task:  # noqa: ANN001 - an omegaconf node or mapping
+def build_task(cfg, tokenizer=None) -> Task:  # an omegaconf node or mapping
     """Build the task named by ``cfg.name`` from its config group entry."""
     kwargs = {k: v for k, v in dict(cfg).items() if k not in ("name", "max_new_tokens")}
     if cfg["name"] == "arith":

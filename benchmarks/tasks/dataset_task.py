@@ -67,7 +67,7 @@ class DatasetTask:
         grader_timeout_s: float = 3.0,
         grader_workers: int = 1,
         eval_name: str | None = None,
-        tokenizer=None,  # noqa: ANN001 - any HF tokenizer, for chat templates
+        tokenizer=None,  # any HF tokenizer, for chat templates
     ) -> None:
         from benchmarks.tasks.datasets import DATASETS, load_dataset, render_prompt
 

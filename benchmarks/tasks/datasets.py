@@ -1,6 +1,6 @@
 """Real math datasets: specs, a validating JSONL loader with a Hugging Face hub fallback, prompts.
 
-A task is dataset + prompt template + grader (DESIGN section 3). This module owns the first two
+A task is dataset + prompt template + grader (docs/design.md §3). This module owns the first two
 for the real benchmarks; the grader kind each dataset needs is recorded in its spec and applied by
 :mod:`benchmarks.tasks.grading`. The synthetic ``arith`` task lives elsewhere.
 

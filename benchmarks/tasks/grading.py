@@ -1,6 +1,6 @@
 """Answer extraction, safe grading of model output, and pass@k / avg@k.
 
-Model output is untrusted input (DESIGN section 3, "Rewards"). Two graders:
+Model output is untrusted input (docs/design.md §3, "Rewards"). Two graders:
 
 * ``integer``: exact integer match, in process. The answer is pulled out with a regular
   expression and converted with :func:`int` (never ``eval``), so ``025``, ``25``, ``27.0`` and

@@ -1,7 +1,7 @@
 """Metric and tag names: the schema shared by the harness (writer) and `analysis` (reader).
 
 Every name an MLflow run carries is defined here once, so a renamed metric breaks an import
-instead of silently producing an empty plot. DESIGN section 4 is the source of this schema.
+instead of silently producing an empty plot. docs/design.md §4 is the source of this schema.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Experiment tracking behind one thin interface: MLflow for real runs, a do-nothing tracker for
 tests that do not care.
 
-Layout (DESIGN section 4): one experiment per suite, one parent run per invocation, one nested
+Layout (docs/design.md §4): one experiment per suite, one parent run per invocation, one nested
 child run per (algorithm, seed). The default store is SQLite in the working directory
 (``sqlite:///mlflow.db``: what ``mlflow ui`` opens with no flags); ``MLFLOW_TRACKING_URI`` wins.
 Artifacts go to ``mlartifacts/`` beside the database, never into the current directory by
@@ -193,7 +193,7 @@ class MlflowTracker:
     asynchronously by MLflow's own logging queue (``synchronous=False``), so a step never waits
     for the store; :meth:`flush` (called before the run is ended) waits for every pending write."""
 
-    def __init__(self, client, run_id: str, *, synchronous: bool = False) -> None:  # noqa: ANN001
+    def __init__(self, client, run_id: str, *, synchronous: bool = False) -> None:
         self.client = client
         self.run_id = run_id
         self.synchronous = synchronous
@@ -254,7 +254,7 @@ class MlflowTracker:
     @contextmanager
     def start(
         cls,
-        client,  # noqa: ANN001
+        client,
         experiment_id: str,
         *,
         run_name: str,
@@ -283,7 +283,7 @@ class MlflowTracker:
 
     @classmethod
     @contextmanager
-    def resume(cls, client, run_id: str) -> Iterator[MlflowTracker]:  # noqa: ANN001
+    def resume(cls, client, run_id: str) -> Iterator[MlflowTracker]:
         """Continue an existing run (``resume=auto``): RUNNING again, its old ``error`` tag
         removed, then ended FINISHED or FAILED like a new one."""
         run = client.get_run(run_id)

@@ -48,7 +48,7 @@ def planned_files(cfg: Any) -> tuple[str, list[str]]:
     return str(d / "train.parquet"), [str(d / f"{e}.parquet") for e in evals]
 
 
-def plans(cfg: Any, plan: Any, tracking: Callable[[str, int], dict[str, str]] | None = None):  # noqa: ANN201
+def plans(cfg: Any, plan: Any, tracking: Callable[[str, int], dict[str, str]] | None = None):
     """``[(seed, name, VerlPlan)]`` for every (seed, algorithm) of a validated suite."""
     train, vals = planned_files(cfg)
     out_dir = str(Path(cfg.output_dir).resolve() / "verl")

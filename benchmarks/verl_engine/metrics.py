@@ -137,7 +137,7 @@ def map_history(
 
 
 def map_verl_run(
-    client,  # noqa: ANN001 - MlflowClient
+    client,  # MlflowClient
     run_id: str,
     *,
     prompts_per_step: int,

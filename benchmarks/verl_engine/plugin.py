@@ -138,7 +138,7 @@ def global_scale(loss_agg_mode: str, response_mask: Tensor, global_batch_info: d
     return local / float(total) * dp_size
 
 
-def make_estimator(name: str):  # noqa: ANN201 - verl's estimator signature
+def make_estimator(name: str):  # verl's estimator signature
     """A verl advantage estimator computing registry algorithm ``name``'s advantages."""
 
     def estimator(
@@ -164,7 +164,7 @@ def make_estimator(name: str):  # noqa: ANN201 - verl's estimator signature
     return estimator
 
 
-def make_policy_loss(name: str):  # noqa: ANN201 - verl's PolicyLossFn signature
+def make_policy_loss(name: str):  # verl's PolicyLossFn signature
     """A verl policy loss calling registry algorithm ``name``'s ``policy_loss``, rescaled to
     verl's global-batch normalisation (:func:`global_scale`). The KL term stays verl's
     (``actor.use_kl_loss``), so the wrapper passes no reference log-probs."""
@@ -193,7 +193,7 @@ def make_policy_loss(name: str):  # noqa: ANN201 - verl's PolicyLossFn signature
     return policy_loss
 
 
-def prompt_value_loss(config: Any, model_output: Any, data: Any, dp_group: Any = None):  # noqa: ANN201
+def prompt_value_loss(config: Any, model_output: Any, data: Any, dp_group: Any = None):
     """SPPO's critic loss for verl's critic worker (``critic_wg.set_loss_fn``): BCE-with-logits
     between the critic's output at the last prompt token and the outcome reward, averaged over
     the global mini-batch's sequences (verl's ``agg_loss`` in ``seq-mean-token-sum`` mode on one
@@ -285,7 +285,7 @@ def _register_trainer() -> None:
                 raise ValueError("trainer.v1.trainer_mode=sppo: SPPO uses no KL in the reward")
             self.algorithm = configured_algorithm("sppo")
 
-        def _build_replay_buffer(self):  # noqa: ANN202
+        def _build_replay_buffer(self):
             # verl reads trainer_mode both as the registry key and as the sync/async switch
             # (`self.trainer_mode == "sync"` in the base class): this trainer is synchronous.
             self.trainer_mode = "sync"
@@ -298,7 +298,7 @@ def _register_trainer() -> None:
             critic_cfg = omega_conf_to_dataclass(self.config.critic)
             self.critic_wg.set_loss_fn(functools.partial(prompt_value_loss, config=critic_cfg))
 
-        def _compute_advantage(self, batch, metrics: dict):  # noqa: ANN001, ANN202
+        def _compute_advantage(self, batch, metrics: dict):
             import transfer_queue as tq
             from tensordict import TensorDict
             from verl.workers.utils.padding import response_to_nested

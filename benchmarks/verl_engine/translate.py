@@ -3,7 +3,7 @@
 The algorithm's *registered* config (``algorithms.get_algorithm``) is the source of every value:
 clip ratios, dual-clip, loss aggregation, KL, samples per prompt, GAE settings, the DAPO pieces.
 What verl cannot express is refused here with a :class:`~algorithms.ConfigError` naming the
-field, before any GPU is touched. Mapping (DESIGN section 5, checked against verl 0.9.1's source):
+field, before any GPU is touched. Mapping (docs/design.md §5, checked against verl 0.9.1's source):
 
 ========  =====================================================================================
 grpo      ``algorithm.adv_estimator=grpo`` (verl's ``compute_grpo_outcome_advantage``)
