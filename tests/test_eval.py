@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from conftest import DATA_DIR
 
 from benchmarks.evaluation.cli import main
 from benchmarks.evaluation.evaluate import TaskEval, evaluate_model, load_model, summarise
+from benchmarks.evaluation.settings import EvalRequest, parse_settings
 from benchmarks.tasks.arith import ArithTask
 from benchmarks.tasks.datasets import DATASETS
 from benchmarks.telemetry import metrics as M
@@ -188,18 +190,46 @@ def test_math500_through_the_math_verify_pool(tiny_model, store, tmp_path):
 def test_evaluate_model_is_seeded_and_takes_trainer_tasks(tiny_model):
     """The trainer passes its own Task objects; the same problems give the same numbers."""
     model, tok = load_model(str(tiny_model), device="cpu")
-    kw = {"k": 2, "temperature": 1.0, "top_p": 1.0, "seed": 3, "batch_size": 64}
-    by_name = evaluate_model(model, tok, ["arith"], limit=20, **kw)["arith"]
-    by_task = evaluate_model(model, tok, [ArithTask(horizon=2, eval_size=20)], **kw)["arith"]
+    req = EvalRequest(k=2, temperature=1.0, top_p=1.0, seed=3, batch_size=64)
+    by_name = evaluate_model(model, tok, ["arith"], replace(req, limit=20))["arith"]
+    by_task = evaluate_model(model, tok, [ArithTask(horizon=2, eval_size=20)], req)["arith"]
     assert isinstance(by_name, TaskEval) and by_name.n == by_task.n == 20
     assert by_name.rows["response"] == by_task.rows["response"]
     assert by_name.metrics() == pytest.approx(by_task.metrics() | _wall(by_name))
-    other = evaluate_model(model, tok, ["arith"], limit=20, **(kw | {"seed": 4}))["arith"]
+    other = evaluate_model(model, tok, ["arith"], replace(req, limit=20, seed=4))["arith"]
     assert other.rows["response"] != by_name.rows["response"]  # the seed reaches the sampler
 
 
 def _wall(r: TaskEval) -> dict[str, float]:
     return {M.eval_metric(r.task, "wall_s"): r.wall_s}
+
+
+@pytest.mark.parametrize(
+    ("kw", "expected"),
+    [
+        ({"k": -1}, "k=-1"),
+        ({"k": 0, "greedy": False}, "k=0"),
+        ({"temperature": 11.0}, "temperature=11.0"),
+        ({"top_p": 0.0}, "top_p=0.0"),
+        ({"limit": 0}, "limit=0"),
+        ({"max_new_tokens": 0}, "max_new_tokens=0"),
+        ({"batch_size": 0}, "batch_size=0"),
+        ({"grader_timeout_s": 0.0}, "grader_timeout_s=0.0"),
+        ({"template": "nosuch"}, "template='nosuch'"),
+        ({"backend": "sglang"}, "backend='sglang'"),
+    ],
+)
+def test_request_rejects_a_bad_value_naming_the_field(kw, expected):
+    with pytest.raises(ValueError, match=f"^{expected}"):
+        EvalRequest(**kw)
+
+
+def test_cli_settings_build_the_request_key_for_key():
+    """Every request field but the lm-eval route's is a CLI key of the same name and default."""
+    s = parse_settings(["model=m", "k=4", "limit=20", "seed=7", "lm_eval_backend=vllm"])
+    assert s.request() == EvalRequest(k=4, limit=20, seed=7, backend="vllm")
+    assert parse_settings(["model=m"]).request() == EvalRequest()
+    assert EvalRequest(data_dir=Path("/d")).data_dir == "/d"  # a Path is stored as a string
 
 
 def test_summary_formulas_on_a_hand_made_verdict_matrix():

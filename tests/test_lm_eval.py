@@ -22,6 +22,7 @@ from benchmarks.evaluation.lm_eval import (  # noqa: E402
     lm_eval_task_name,
     supported_tasks,
 )
+from benchmarks.evaluation.settings import EvalRequest  # noqa: E402
 from benchmarks.telemetry import metrics as M  # noqa: E402
 from benchmarks.telemetry.metrics import avg_at_name, pass_at_name  # noqa: E402
 
@@ -35,17 +36,17 @@ def both_routes(tiny_model):  # noqa: F811 - the imported fixture
     torch.set_num_threads(1)
     try:
         model, tok = load_model(str(tiny_model), device="cpu")
-        kw = {
-            "k": K,
-            "limit": 20,
-            "max_new_tokens": 18,
-            "temperature": 1.0,
-            "top_p": 1.0,
-            "data_dir": DATA_DIR,
-            "grader_timeout_s": 1.0,
-        }
-        native = evaluate_model(model, tok, ["math500", "arith"], **kw)
-        lm = evaluate_lm_eval(model, tok, ["math500", "arith"], **kw)
+        req = EvalRequest(
+            k=K,
+            limit=20,
+            max_new_tokens=18,
+            temperature=1.0,
+            top_p=1.0,
+            data_dir=DATA_DIR,
+            grader_timeout_s=1.0,
+        )
+        native = evaluate_model(model, tok, ["math500", "arith"], req)
+        lm = evaluate_lm_eval(model, tok, ["math500", "arith"], req)
     finally:
         torch.set_num_threads(threads)
     return native, lm
@@ -129,10 +130,9 @@ def test_chat_template_prompts_agree(tiny_model):  # noqa: F811
         "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
         "{% if add_generation_prompt %}<assistant>{% endif %}"
     )
-    kw = {"k": 0, "limit": 3, "max_new_tokens": 4, "data_dir": DATA_DIR}
-    kw["template"] = "qwen_math_chat"
-    a = evaluate_model(model, tok, ["aime24"], **kw)["aime24"]
-    b = evaluate_lm_eval(model, tok, ["aime24"], **kw)["aime24"]
+    req = EvalRequest(k=0, limit=3, max_new_tokens=4, data_dir=DATA_DIR, template="qwen_math_chat")
+    a = evaluate_model(model, tok, ["aime24"], req)["aime24"]
+    b = evaluate_lm_eval(model, tok, ["aime24"], req)["aime24"]
     assert a.rows["prompt"][0].startswith("<system>Please reason step by step")
     assert b.rows["prompt"] == a.rows["prompt"]
     assert b.rows["response"] == a.rows["response"]

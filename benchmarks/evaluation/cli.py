@@ -1,5 +1,13 @@
-"""``sppo-bench eval``: parse and check every setting, read every task's data, then load the model
-and evaluate it (native engines or lm-eval), log to MLflow and print the table.
+"""``sppo-bench eval``: everything a user can get wrong (a key, a value, a missing data file or
+model directory, an unreachable MLflow store) is reported, naming it, before the model loads, as
+loading a 1.5B model and then failing costs minutes.
+
+A run is one MLflow run (tag ``sppo_bench.role=eval``) holding the resolved settings
+(``eval_config.json``), every ``eval/<task>/...`` metric and a per-sample table per task
+(``eval_samples/<task>.json``: prompt, response, extracted answer, verdict), then a summary table
+on stdout. ``engine=lm_eval`` (or ``--lm-eval``) puts the same request through lm-eval-harness
+(:func:`benchmarks.evaluation.lm_eval.evaluate_lm_eval`), for comparability with numbers
+published through lm-eval.
 """
 
 from __future__ import annotations
@@ -155,12 +163,8 @@ def main(argv: list[str]) -> int:
     try:  # read every task's data now: a missing file fails before the model loads
         build_tasks(
             s.tasks,
-            limit=s.limit,
-            data_dir=s.data_dir,
-            template=s.template,
+            s.request(),
             tokenizer=None,
-            max_new_tokens=s.max_new_tokens,
-            arith_horizon=s.arith_horizon,
             graders=GraderSet(s.grader_timeout_s, s.grader_workers),
         )
     except FileNotFoundError as e:
@@ -216,41 +220,24 @@ def _run(s: EvalSettings, model: Any, tok: Any, name: str | None = None) -> int:
         M.TAG_VERSION: _version(),
     }
     run_name = f"eval-{Path(s.model.rstrip('/')).name or s.model}"
-    evaluate = evaluate_lm_eval if s.engine == "lm_eval" else evaluate_model
-    extra: dict[str, Any] = {}
+    request = s.request()
+    engine = None
     if s.uses_vllm:
         path = name or s.model
         if s.engine == "vllm":
             from benchmarks.engines.vllm_engine import VllmEngine
 
-            extra["engine"] = VllmEngine(
-                None, tok, settings=_vllm_settings(s), model_path=path, seed=s.seed
-            )
+            engine = VllmEngine(None, tok, settings=_vllm_settings(s), model_path=path, seed=s.seed)
         else:
-            extra.update(backend="vllm", model_path=path, vllm_settings=_vllm_settings(s))
+            request = s.request(model_path=path, vllm_settings=_vllm_settings(s))
     with MlflowTracker.start(
         client, exp_id, run_name=run_name, tags=tags, params=flatten(resolved)
     ) as tracker:
         tracker.log_dict(resolved, "eval_config.json")
-        results = evaluate(
-            model,
-            tok,
-            list(s.tasks),
-            k=s.k,
-            temperature=s.temperature,
-            top_p=s.top_p,
-            max_new_tokens=s.max_new_tokens,
-            limit=s.limit,
-            data_dir=s.data_dir,
-            template=s.template,
-            greedy=s.greedy,
-            seed=s.seed,
-            batch_size=s.batch_size,
-            arith_horizon=s.arith_horizon,
-            grader_timeout_s=s.grader_timeout_s,
-            grader_workers=s.grader_workers,
-            **extra,
-        )
+        if s.engine == "lm_eval":
+            results = evaluate_lm_eval(model, tok, list(s.tasks), request)
+        else:
+            results = evaluate_model(model, tok, list(s.tasks), request, engine=engine)
         log_results(tracker, results, samples_logged=s.samples_logged)
         run_id = tracker.run_id
     _print_table(

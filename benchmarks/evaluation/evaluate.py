@@ -1,27 +1,21 @@
-"""``sppo-bench eval``: greedy accuracy, avg@k and pass@k of one model on benchmark tasks.
+"""One evaluation, shared by ``sppo-bench eval`` and the trainer's budget checkpoints.
 
 The paper reports Avg@16 (the mean score of 16 samples per problem at temperature 0.6) on AIME,
 AMC, MATH-500 and Minerva; users compare their runs against those numbers, and training compares
-algorithms at budget checkpoints with the same evaluation. So there is one evaluation,
-:func:`evaluate_model`, that both the CLI and the trainer call:
+algorithms at budget checkpoints. Both only mean something if they come from the same code, so
+:func:`evaluate_model` takes tasks and an :class:`~benchmarks.evaluation.settings.EvalRequest`
+and nothing else decides how they are scored:
 
-* greedy decoding, scored once per problem: ``eval/<task>/accuracy`` with its binomial standard
-  error (the same computation as :func:`benchmarks.evaluation.evaluate.evaluate_greedy`, which it calls);
-* ``k`` samples per problem at ``temperature`` / ``top_p``: avg@k (mean verdict, each problem
-  weighing the same) and pass@j for ``j`` = 1, 2, 4, ..., k with the unbiased estimator of Chen et
-  al. (2021), so pass@1 equals avg@k up to rounding. MLflow refuses ``@`` in metric names, so they
-  are logged as ``eval/<task>/avg_at_16`` and ``eval/<task>/pass_at_16`` (:func:`avg_at_name`,
-  :func:`pass_at_name`);
-* every response graded by the task's safe grader (:mod:`benchmarks.tasks.grading`: exact integer match
-  in process, math-verify in a process pool with per-item timeouts); items that time out or crash
-  score 0 and are counted (``grader/timeouts``, ``grader/errors``).
+* greedy accuracy with its binomial standard error, through :func:`evaluate_greedy` (the
+  trainer's own greedy evaluation), so the two agree sample for sample;
+* avg@k and pass@j (``j`` = 1, 2, 4, ..., k) with the unbiased estimator of Chen et al. (2021),
+  so pass@1 equals avg@k up to rounding; MLflow refuses ``@`` in metric names, hence
+  ``eval/<task>/avg_at_16`` (:func:`avg_at_name`, :func:`pass_at_name`);
+* the task's safe grader (:mod:`benchmarks.tasks.grading`): a pathological response times out
+  and scores 0, counted, instead of hanging or killing the run.
 
-The CLI logs one MLflow run (tag ``sppo_bench.role=eval``) with those metrics and a per-sample
-table per task (``eval_samples/<task>.json``: prompt, response, extracted answer, verdict), then
-prints a summary table. ``engine=lm_eval`` (or ``--lm-eval``) runs the same tasks through
-lm-eval-harness instead (:func:`evaluate_lm_eval`): task YAMLs in ``benchmarks/evaluation/lm_eval``
-read the same local JSONL and score with the same graders, for comparability with numbers
-published through lm-eval.
+The lm-eval route (:func:`benchmarks.evaluation.lm_eval.evaluate_lm_eval`) reuses
+:func:`build_tasks` and :func:`summarise`, so its numbers differ only where its responses do.
 
 Simplifications: one sampling seed per invocation (the k samples of a problem are its
 repetitions); no majority vote (maj@k); prompts are not sorted by length before batching.
@@ -31,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,7 +34,12 @@ import torch
 
 from benchmarks.engines.rollout import RolloutEngine
 from benchmarks.engines.torch_engine import TorchEngine
-from benchmarks.evaluation.settings import ARITH, DEFAULT_MAX_NEW_TOKENS, available_tasks
+from benchmarks.evaluation.settings import (
+    ARITH,
+    DEFAULT_MAX_NEW_TOKENS,
+    EvalRequest,
+    available_tasks,
+)
 from benchmarks.tasks.arith import ArithTask
 from benchmarks.tasks.base import Task, TaskProblem
 from benchmarks.tasks.dataset_task import GraderSet
@@ -50,6 +48,7 @@ from benchmarks.telemetry import metrics as M
 from benchmarks.telemetry.metrics import avg_at_name, pass_at_name, pass_ks
 
 __all__ = [
+    "EvalRequest",
     "EvalResult",
     "TaskEval",
     "evaluate_greedy",
@@ -93,15 +92,7 @@ def _arith_max_tokens(horizon: int) -> int:
 
 
 def build_tasks(
-    tasks: Sequence[str | Task],
-    *,
-    limit: int | None,
-    data_dir: str | os.PathLike[str] | None,
-    template: str,
-    tokenizer: Any,
-    max_new_tokens: int | None,
-    arith_horizon: int,
-    graders: GraderSet,
+    tasks: Sequence[str | Task], request: EvalRequest, *, tokenizer: Any, graders: GraderSet
 ) -> list[_EvalTask]:
     """Resolve names (or trainer ``Task`` objects) into problems, graders and token budgets.
 
@@ -110,6 +101,9 @@ def build_tasks(
     """
     from benchmarks.tasks.datasets import DATASETS, load_dataset, render_prompt
 
+    limit = request.limit
+    max_new_tokens = request.max_new_tokens
+    arith_horizon = request.arith_horizon
     out: list[_EvalTask] = []
     for t in tasks:
         if not isinstance(t, str):  # a trainer's Task: its own held-out set and grader
@@ -136,11 +130,11 @@ def build_tasks(
             probs = [
                 TaskProblem(
                     id=p.id,
-                    prompt=render_prompt(p, template, tokenizer),
+                    prompt=render_prompt(p, request.template, tokenizer),
                     answer=p.answer,
                     grader=kind,
                 )
-                for p in load_dataset(t, data_dir=data_dir, limit=limit)
+                for p in load_dataset(t, data_dir=request.data_dir, limit=limit)
             ]
             budget = max_new_tokens or DEFAULT_MAX_NEW_TOKENS
             out.append(_EvalTask(t, probs, budget, graders.grade, _extract))
@@ -266,24 +260,15 @@ def summarise(
 # --- the evaluation ----------------------------------------------------------------------------
 
 
-def _evaluate_task(
-    engine: Any,
-    et: _EvalTask,
-    *,
-    k: int,
-    temperature: float,
-    top_p: float,
-    seed: int,
-    greedy: bool,
-    batch_size: int,
-) -> TaskEval:
+def _evaluate_task(engine: Any, et: _EvalTask, request: EvalRequest) -> TaskEval:
     t0 = time.perf_counter()
     probs = et.problems
     rows: dict[str, list[Any]] = {c: [] for c in SAMPLE_COLUMNS}
     timeouts = errors = 0
     greedy_scores = None
-    if greedy:
-        res = evaluate_greedy(engine, et, probs, et.max_new_tokens, batch_size)
+    k = request.k
+    if request.greedy:
+        res = evaluate_greedy(engine, et, probs, et.max_new_tokens, request.batch_size)
         greedy_scores = res.scores
         timeouts, errors = res.timeouts, res.errors
         add_rows(rows, probs, res.responses, res.scores, "greedy", 1, et.extract_fn)
@@ -293,10 +278,10 @@ def _evaluate_task(
         repeated = [p for p in probs for _ in range(k)]
         ro = engine.generate(
             [p.prompt for p in repeated],
-            temperature=temperature,
-            top_p=top_p,
+            temperature=request.temperature,
+            top_p=request.top_p,
             max_new_tokens=et.max_new_tokens,
-            seed=seed,
+            seed=request.seed,
         )
         g = et.grade(ro.texts, repeated)
         timeouts, errors = timeouts + g.timeouts, errors + g.errors
@@ -326,91 +311,48 @@ def _evaluate_task(
 
 
 def evaluate_model(
-    model: torch.nn.Module,
+    model: torch.nn.Module | None,
     tokenizer: Any,
     tasks: Sequence[str | Task],
+    request: EvalRequest,
     *,
-    k: int = 16,
-    temperature: float = 0.6,
-    top_p: float = 0.95,
-    max_new_tokens: int | None = None,
-    limit: int | None = None,
-    data_dir: str | os.PathLike[str] | None = None,
-    template: str = "plain",
-    greedy: bool = True,
-    seed: int = 0,
-    batch_size: int = 64,
-    arith_horizon: int = 2,
-    grader_timeout_s: float = 3.0,
-    grader_workers: int = 2,
-    engine: Any | None = None,
+    engine: RolloutEngine | None = None,
 ) -> dict[str, TaskEval]:
-    """Evaluate ``model`` on each task: greedy accuracy, avg@k and pass@j (see the module doc).
+    """Evaluate ``model`` on each task as ``request`` says: greedy accuracy, avg@k and pass@j.
 
     The CLI and the trainer's budget checkpoints call this, so both report the same numbers.
 
     Args:
         model: An HF causal LM (any device); it is put in eval mode and restored afterwards.
+            ``None`` only with ``engine``.
         tokenizer: Its tokenizer; padding must be on the left (the engine's layout).
         tasks: Task names (``arith`` or a dataset name) or trainer ``Task`` objects (evaluated on
             their ``eval_problems()`` with their own grader, named by their ``eval_name``).
-        k: Samples per problem (0: greedy only).
-        temperature, top_p: Sampling parameters of the k samples.
-        max_new_tokens: Response budget; ``None``: ``6 * horizon + 6`` for arith, 1024 otherwise.
-        limit: Only the first ``limit`` problems of each task.
-        data_dir: JSONL directory; ``None`` falls back to ``$SPPO_BENCH_DATA``.
-        template: Prompt template of the real datasets (``benchmarks.tasks.datasets.PROMPT_TEMPLATES``).
-        greedy: Also decode greedily (``accuracy``).
-        seed: Sampling seed (the same seed gives the same samples).
-        batch_size: Sequences generated together.
-        arith_horizon: Operations per problem of the ``arith`` task named by string.
-        grader_timeout_s, grader_workers: Per-item timeout and pool size of math-verify.
+        request: Sampling, budgets, data and grading (its lm-eval fields are not used here).
         engine: A rollout engine to generate with (e.g. a
-            :class:`benchmarks.engines.vllm_engine.VllmEngine`); ``None``: the torch engine on ``model``
-            (which may then be ``None`` only if ``engine`` is given).
+            :class:`benchmarks.engines.vllm_engine.VllmEngine`); ``None``: the torch engine on
+            ``model`` at ``request.batch_size``.
 
     Returns:
         ``{task name: TaskEval}`` in the order given.
 
     Raises:
-        ValueError: An unknown task name (names ``tasks``).
+        ValueError: An unknown task name (names ``tasks``), or a tokenizer padding on the right.
         FileNotFoundError: A dataset file is missing (says where it looked and how to point at
             data); raised before any generation.
     """
-
     if getattr(tokenizer, "padding_side", "left") != "left":
         raise ValueError("evaluate_model: the tokenizer must pad on the left (padding_side='left')")
-    graders = GraderSet(grader_timeout_s, grader_workers)
+    graders = GraderSet(request.grader_timeout_s, request.grader_workers)
     try:
-        built = build_tasks(
-            tasks,
-            limit=limit,
-            data_dir=data_dir,
-            template=template,
-            tokenizer=tokenizer,
-            max_new_tokens=max_new_tokens,
-            arith_horizon=arith_horizon,
-            graders=graders,
-        )
+        built = build_tasks(tasks, request, tokenizer=tokenizer, graders=graders)
         if engine is None:
-            engine = TorchEngine(model, tokenizer, batch_size=batch_size)
+            engine = TorchEngine(model, tokenizer, batch_size=request.batch_size)
         was_training = model.training if model is not None else False
         if model is not None:
             model.eval()
         try:
-            return {
-                et.name: _evaluate_task(
-                    engine,
-                    et,
-                    k=k,
-                    temperature=temperature,
-                    top_p=top_p,
-                    seed=seed,
-                    greedy=greedy,
-                    batch_size=batch_size,
-                )
-                for et in built
-            }
+            return {et.name: _evaluate_task(engine, et, request) for et in built}
         finally:
             if model is not None:
                 model.train(was_training)
@@ -452,7 +394,7 @@ def log_results(
     return metrics
 
 
-# --- model loading and the CLI ------------------------------------------------------------------
+# --- model loading -------------------------------------------------------------------------------
 
 
 def resolve_device(name: str) -> torch.device:

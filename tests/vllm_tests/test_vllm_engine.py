@@ -242,27 +242,25 @@ def model_dir(policy, tok, tmp_path_factory):
 def test_eval_and_lm_eval_vllm_backend_agree_with_the_torch_route(policy, tok, model_dir, tmp_path):
     """20 MATH-500 problems, offline: `sppo-bench eval engine=vllm`, lm-eval's vLLM backend and
     the torch engine give the same greedy responses and verdicts."""
+    from dataclasses import replace
+
     from mlflow.tracking import MlflowClient
 
     from benchmarks.engines.vllm_engine import VllmSettings
     from benchmarks.evaluation.cli import main
     from benchmarks.evaluation.evaluate import evaluate_model
     from benchmarks.evaluation.lm_eval import evaluate_lm_eval
+    from benchmarks.evaluation.settings import EvalRequest
 
-    kw = {"k": 0, "limit": 20, "max_new_tokens": 12, "data_dir": DATA_DIR, "grader_workers": 1}
-    torch_route = evaluate_model(policy, tok, ["math500"], **kw)["math500"]
+    req = EvalRequest(k=0, limit=20, max_new_tokens=12, data_dir=DATA_DIR, grader_workers=1)
+    torch_route = evaluate_model(policy, tok, ["math500"], req)["math500"]
     vllm_route = evaluate_model(
-        None, tok, ["math500"], engine=VllmEngine(None, tok, model_path=str(model_dir)), **kw
+        None, tok, ["math500"], req, engine=VllmEngine(None, tok, model_path=str(model_dir))
     )["math500"]
-    lm = evaluate_lm_eval(
-        None,
-        tok,
-        ["math500"],
-        backend="vllm",
-        model_path=str(model_dir),
-        vllm_settings=VllmSettings(dtype="float32"),
-        **kw,
-    )["math500"]
+    lm_req = replace(
+        req, backend="vllm", model_path=str(model_dir), vllm_settings=VllmSettings(dtype="float32")
+    )
+    lm = evaluate_lm_eval(None, tok, ["math500"], lm_req)["math500"]
     assert torch_route.n == lm.n == vllm_route.n == 20
     for col in ("id", "prompt", "response", "verdict"):
         assert vllm_route.rows[col] == torch_route.rows[col], col

@@ -1,4 +1,6 @@
-"""lm-eval-harness task YAMLs for the sppo-bench benchmarks, and a runner for in-memory models.
+"""Numbers published through lm-eval-harness are only comparable with ours when lm-eval scores
+the same problems with the same graders: hence sppo task YAMLs here, and a runner that puts our
+in-memory model and our request through lm-eval.
 
 Each ``sppo_<dataset>.yaml`` reads the local JSONL (``dataset_path: json``, ``data_files``
 relative to the data directory) and scores with sppo-bench's graders through :mod:`.utils`. Use
@@ -7,11 +9,10 @@ them from lm-eval's own CLI (run it inside the data directory, or pass absolute 
     cd "$SPPO_BENCH_DATA" && lm_eval --model hf --model_args pretrained=<model> \\
         --include_path <repo>/benchmarks/evaluation/lm_eval --tasks sppo_math500,sppo_aime24
 
-or through ``sppo-bench eval engine=lm_eval``, which calls :func:`evaluate_lm_eval`: it writes a small
-per-run YAML per task that includes the checked-in one and sets absolute data paths, the response
-budget and (for the k samples) ``repeats: k`` with a ``take_first_k`` filter, then runs
-``lm_eval.simple_evaluate`` on ``HFLM(pretrained=<model object>, tokenizer=...)`` and turns the
-logged samples into the same :class:`benchmarks.evaluation.evaluate.TaskEval` as the native engine.
+or through ``sppo-bench eval engine=lm_eval``, which calls :func:`evaluate_lm_eval`: a small
+per-run YAML per task includes the checked-in one and sets absolute data paths, the response
+budget and (for the k samples) ``repeats: k`` with a ``take_first_k`` filter; the logged samples
+become the same :class:`benchmarks.evaluation.evaluate.TaskEval` as the native engine's.
 
 lm-eval is optional (``pip install 'sppo-bench[eval]'``: ``lm-eval==0.4.13`` and ``accelerate``;
 never ``lm-eval[math]``, whose antlr4 4.11 pin breaks hydra's 4.9) and imported only inside
@@ -23,16 +24,19 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __all__ = ["TASKS_DIR", "lm_eval_task_name", "evaluate_lm_eval", "supported_tasks"]
 
 from benchmarks.evaluation.lm_eval.registry import TASKS_DIR, lm_eval_task_name, supported_tasks
+
+if TYPE_CHECKING:
+    from benchmarks.evaluation.evaluate import TaskEval
+    from benchmarks.evaluation.settings import EvalRequest
 
 log = logging.getLogger(__name__)
 
@@ -93,40 +97,21 @@ def _task_yaml(
 
 
 def evaluate_lm_eval(
-    model: Any,
-    tokenizer: Any,
-    tasks: Sequence[str],
-    *,
-    k: int = 16,
-    temperature: float = 0.6,
-    top_p: float = 0.95,
-    max_new_tokens: int | None = None,
-    limit: int | None = None,
-    data_dir: str | os.PathLike[str] | None = None,
-    template: str = "plain",
-    greedy: bool = True,
-    seed: int = 0,
-    batch_size: int = 64,
-    arith_horizon: int = 2,
-    grader_timeout_s: float = 3.0,
-    grader_workers: int = 2,
-    backend: str = "hf",
-    model_path: str | None = None,
-    vllm_settings: Any = None,
-) -> dict[str, Any]:
+    model: Any, tokenizer: Any, tasks: Sequence[str], request: EvalRequest
+) -> dict[str, TaskEval]:
     """Evaluate an in-memory HF model through ``lm_eval.simple_evaluate`` on the sppo tasks.
 
-    ``backend="vllm"`` runs lm-eval's own vLLM backend instead, which loads the checkpoint at
-    ``model_path`` itself (``model`` is then unused and may be ``None``); ``vllm_settings`` (a
-    :class:`benchmarks.engines.vllm_engine.VllmSettings`) says how vLLM is started.
-
-    Arguments are those of :func:`benchmarks.evaluation.evaluate.evaluate_model`; the result has the same
-    shape (``{task: TaskEval}``), its ``reported`` field holding lm-eval's own aggregates. The
-    problems (and their order) are those of ``evaluate_model``: lm-eval's ``limit`` also keeps the
-    first N rows, and ``arith`` problems are written to a JSONL first.
+    ``request`` is that of :func:`benchmarks.evaluation.evaluate.evaluate_model`, plus the route:
+    ``request.backend="vllm"`` runs lm-eval's own vLLM backend, which loads the checkpoint at
+    ``request.model_path`` itself (``model`` is then unused and may be ``None``), started as
+    ``request.vllm_settings`` says. The result has the same shape as ``evaluate_model``'s
+    (``{task: TaskEval}``), its ``reported`` field holding lm-eval's own aggregates. The problems
+    (and their order) are those of ``evaluate_model``: lm-eval's ``limit`` also keeps the first N
+    rows, and ``arith`` problems are written to a JSONL first.
 
     Raises:
-        ValueError: A task without a YAML here (names ``tasks``).
+        ValueError: A task without a YAML here (names ``tasks``), or ``backend="vllm"`` without
+            ``model_path``.
         FileNotFoundError: A dataset file is missing.
     """
     import lm_eval
@@ -146,20 +131,20 @@ def evaluate_lm_eval(
             f"tasks: {unsupported[0]!r} has no lm-eval task YAML; with engine=lm_eval use one of "
             f"{supported_tasks()}"
         )
-    tpl = PROMPT_TEMPLATES[template]
+    tpl = PROMPT_TEMPLATES[request.template]
     chat = tpl.kind == "chat"
     built = E.build_tasks(  # same problems, prompts and budgets as the native engine
         list(tasks),
-        limit=limit,
-        data_dir=data_dir,
-        template=template,
+        request,
         tokenizer=tokenizer,
-        max_new_tokens=max_new_tokens,
-        arith_horizon=arith_horizon,
-        graders=GraderSet(grader_timeout_s, grader_workers),
+        graders=GraderSet(request.grader_timeout_s, request.grader_workers),
     )
-    root = resolve_data_dir(data_dir)
-    utils.configure(template=template, timeout_s=grader_timeout_s, workers=grader_workers)
+    root = resolve_data_dir(request.data_dir)
+    utils.configure(
+        template=request.template,
+        timeout_s=request.grader_timeout_s,
+        workers=request.grader_workers,
+    )
     utils.reset()
     longest = max(
         len(tokenizer(p.prompt, add_special_tokens=False)["input_ids"])
@@ -167,25 +152,28 @@ def evaluate_lm_eval(
         for p in et.problems
     )
     budget = max(et.max_new_tokens for et in built)
-    if backend == "vllm":
+    if request.backend == "vllm":
         from benchmarks.engines.vllm_engine import lm_eval_vllm
 
-        if model_path is None:
+        if request.model_path is None:
             raise ValueError("evaluate_lm_eval: backend='vllm' needs model_path (lm-eval loads it)")
-        lm = lm_eval_vllm(model_path, settings=vllm_settings, batch_size=batch_size, seed=seed)
-    elif backend == "hf":
+        lm = lm_eval_vllm(
+            request.model_path,
+            settings=request.vllm_settings,
+            batch_size=request.batch_size,
+            seed=request.seed,
+        )
+    else:  # "hf" (the request admits no other)
         lm = HFLM(
             pretrained=model,
             tokenizer=tokenizer,
-            batch_size=batch_size,
+            batch_size=request.batch_size,
             # Room for the longest prompt: lm-eval would otherwise cut prompts from the left to
             # the model's context (the native engine never does).
             max_length=longest + budget + 16,
             add_bos_token=False,  # the native engine encodes prompts without special tokens
         )
-    else:
-        raise ValueError(f"backend={backend!r}: allowed: hf, vllm")
-    out: dict[str, Any] = {}
+    out: dict[str, TaskEval] = {}
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="sppo_lm_eval_") as tmp:
         tmp_dir = Path(tmp)
@@ -202,11 +190,11 @@ def evaluate_lm_eval(
                 data_file = (root / DATASETS[et.name].path) if root is not None else None
                 if data_file is None or not data_file.is_file():
                     raise FileNotFoundError(
-                        f"data_dir={data_dir}: engine=lm_eval reads local JSONL files only; "
+                        f"data_dir={request.data_dir}: engine=lm_eval reads local JSONL files only; "
                         f"no {DATASETS[et.name].path} there (set data_dir or $SPPO_BENCH_DATA)"
                     )
                 data_file = data_file.resolve()
-            variants = ([None] if greedy else []) + ([k] if k else [])
+            variants = ([None] if request.greedy else []) + ([request.k] if request.k else [])
             for kk in variants:
                 name = lm_eval_task_name(et.name) + ("" if kk is None else f"_k{kk}")
                 _task_yaml(
@@ -216,8 +204,8 @@ def evaluate_lm_eval(
                     data_file=data_file,
                     max_new_tokens=et.max_new_tokens,
                     k=kk,
-                    temperature=temperature,
-                    top_p=top_p,
+                    temperature=request.temperature,
+                    top_p=request.top_p,
                 )
                 names.append(name)
         try:
@@ -225,27 +213,27 @@ def evaluate_lm_eval(
                 model=lm,
                 tasks=names,
                 task_manager=TaskManager(include_path=str(tmp_dir), include_defaults=False),
-                limit=limit,
+                limit=request.limit,
                 log_samples=True,
                 bootstrap_iters=0,
                 apply_chat_template=chat,
                 system_instruction=tpl.system if chat else None,
-                random_seed=seed,
-                numpy_random_seed=seed,
-                torch_random_seed=seed,
-                fewshot_random_seed=seed,
+                random_seed=request.seed,
+                numpy_random_seed=request.seed,
+                torch_random_seed=request.seed,
+                fewshot_random_seed=request.seed,
             )
         finally:
             utils.close_graders()
     wall = time.perf_counter() - t0
     assert res is not None
     for et in built:
-        out[et.name] = _to_task_eval(et, res, k if k else 0, greedy, tokenizer, utils)
+        out[et.name] = _to_task_eval(et, res, request.k, request.greedy, tokenizer, utils)
         out[et.name].wall_s = wall / len(built)  # lm-eval runs every task in one pass
     return out
 
 
-def _to_task_eval(et: Any, res: dict, k: int, greedy: bool, tokenizer: Any, utils: Any) -> Any:
+def _to_task_eval(et: Any, res: dict, k: int, greedy: bool, tokenizer: Any, utils: Any) -> TaskEval:
     """Per-sample rows and summary numbers (sppo-bench's formulas) from lm-eval's sample log."""
     import dataclasses
 
