@@ -270,7 +270,7 @@ class RLTrainer:
 
     def _eval_sampled(self, fraction: float) -> None:
         """avg@k and pass@k with sampling, through the same code as ``sppo-bench eval``."""
-        from benchmarks.evaluation.evaluate import evaluate_model, log_results
+        from benchmarks.evaluation.evaluate import EvalRequest, evaluate_model, log_results
 
         cfg = self.cfg
         with self.meter.phase("eval"):
@@ -278,14 +278,16 @@ class RLTrainer:
                 self.policy,
                 self.tok,
                 [self.task],
-                k=cfg.eval_k,
-                temperature=cfg.eval_temperature,
-                top_p=cfg.top_p,
-                max_new_tokens=cfg.max_new_tokens,
-                limit=cfg.eval_k_problems,
-                greedy=False,
-                seed=self.seed,
-                batch_size=cfg.eval_batch_size,
+                EvalRequest(
+                    k=cfg.eval_k,
+                    temperature=cfg.eval_temperature,
+                    top_p=cfg.top_p,
+                    max_new_tokens=cfg.max_new_tokens,
+                    limit=cfg.eval_k_problems,
+                    greedy=False,
+                    seed=self.seed,
+                    batch_size=cfg.eval_batch_size,
+                ),
                 # The torch engine is rebuilt there at eval_batch_size (as before); others are
                 # reused, e.g. vLLM's one engine with the current weights.
                 engine=None if isinstance(self.engine, TorchEngine) else self.engine,
