@@ -14,6 +14,10 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sweeps.runner import SweepResult
 
 __all__ = ["main"]
 
@@ -67,7 +71,8 @@ def main(argv: list[str]) -> int:
     return 0 if any(b.value is not None for b in result.best) else 1
 
 
-def _print(result) -> None:  # noqa: ANN001 - SweepResult
+def _print(result: SweepResult) -> None:
+    """The best-trial and importance tables, and where the results are."""
     from rich.console import Console
     from rich.table import Table
 
@@ -114,14 +119,13 @@ def _print(result) -> None:  # noqa: ANN001 - SweepResult
     console.print(f"open it:   mlflow ui --backend-store-uri {result.tracking_uri}", soft_wrap=True)
     from benchmarks.telemetry.tracking import ui_runs_url
 
-    exp_id = getattr(result, "experiment_id", None)
-    if exp_id is None:
-        try:  # SweepResult names the experiment; its id is one cheap look-up away
-            from mlflow.tracking import MlflowClient
+    exp_id = None
+    try:  # SweepResult names the experiment; its id is one cheap look-up away
+        from mlflow.tracking import MlflowClient
 
-            exp = MlflowClient(result.tracking_uri).get_experiment_by_name(result.experiment)
-            exp_id = None if exp is None else exp.experiment_id
-        except Exception as e:  # printing must not fail a finished sweep
-            log.debug("experiment %r: no id (%s)", result.experiment, e)
+        exp = MlflowClient(result.tracking_uri).get_experiment_by_name(result.experiment)
+        exp_id = None if exp is None else exp.experiment_id
+    except Exception as e:  # printing must not fail a finished sweep
+        log.debug("experiment %r: no id (%s)", result.experiment, e)
     if exp_id is not None:
         console.print(f"runs:      {ui_runs_url(result.tracking_uri, exp_id)}", soft_wrap=True)

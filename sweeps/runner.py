@@ -1,6 +1,6 @@
 """Run a sweep: Optuna studies over the suite, W worker processes, one MLflow parent run.
 
-Optuna is used directly (DESIGN section 6: the Hydra Optuna sweeper needs optuna<3). Each trial
+Optuna is used directly, not through Hydra's Optuna sweeper (which needs optuna<3). Each trial
 composes its config with Hydra (the spec's base overrides, the sampled point, one seed, one
 algorithm), runs the normal training path (``run_suite``) as an MLflow child run of the sweep's
 parent run, reports its evaluations to Optuna (``trial.report(value, step=<eval index>)``) and
@@ -41,7 +41,7 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -480,70 +480,53 @@ def _given(overrides: Sequence[str], key: str) -> bool:
     return any(o.lstrip("+~").split("=", 1)[0] == key for o in overrides)
 
 
-def _prewarm(cfg: Any) -> None:
-    """Build the shared warm start once in the main process, so W workers do not all train it
-    and write the same cache directory at once. Best effort: on failure the first trials build
-    it themselves."""
-    try:
-        import torch
+@dataclass(frozen=True)
+class _Plan:
+    """A sweep's settings, resolved and checked: what every later step reads."""
 
-        from benchmarks.suite.plan import validate
-        from benchmarks.suite.run_one import load_start_model
-        from benchmarks.tasks.arith import ArithTask
-        from benchmarks.tasks.build import build_task
-        from benchmarks.training.modeling import build_char_tokenizer
-
-        if (
-            cfg.model.name_or_path is not None
-            or cfg.task.name != "arith"
-            or not cfg.warmstart.enabled
-        ):
-            return
-        torch.set_num_threads(int(cfg.threads))  # as a trial would (threads per worker)
-        task = build_task(cfg.task)
-        tokenizer = build_char_tokenizer(ArithTask.alphabet)
-        try:
-            load_start_model(validate(cfg), int(cfg.seed), task, tokenizer)
-        finally:
-            close = getattr(task, "close", None)
-            if close:
-                close()
-    except Exception as e:
-        log.warning("could not build the warm start before the workers start (%s); they will", e)
+    spec: SweepSpec
+    name: str
+    storage: str
+    tracking_uri: str
+    experiment: str
+    output_dir: Path
+    #: Overrides every trial gets after the sampled point (tracking, output dir, threads).
+    fixed: tuple[str, ...]
+    workers: int
+    #: The base config (the spec's base overrides and budget, the first algorithm).
+    base_cfg: Any
+    #: The composed config per algorithm, at the search space's representative point.
+    configs: dict[str, Any]
 
 
-def _study_trials(study: Any) -> list[Any]:
-    return study.get_trials(deepcopy=False)
+@dataclass
+class _Studies:
+    """The sweep's Optuna storage and its studies (study name -> (study, fixed algorithm))."""
+
+    storage: Any
+    studies: dict[str, tuple[Any, str | None]]
 
 
-def run_sweep(
+def _prepare(
     spec: SweepSpec,
     *,
-    trials: int | None = None,
-    workers: int = 1,
-    storage: str | None = None,
-    resume: bool = False,
-    study_name: str | None = None,
-    tracking_uri: str | None = None,
-    extra_overrides: Sequence[str] = (),
-) -> SweepResult:
-    """Run (or resume) a sweep until its studies hold ``trials`` trials in all.
+    trials: int | None,
+    workers: int,
+    storage: str | None,
+    study_name: str | None,
+    tracking_uri: str | None,
+    extra_overrides: Sequence[str],
+) -> _Plan:
+    """Resolve the arguments against the spec and check everything that can be wrong.
 
-    Everything that can be wrong with the spec raises :class:`SpecError` before a storage, a
-    study or an MLflow run is created. ``workers`` > 1 runs trials in that many spawned
-    processes sharing the storage and the MLflow experiment.
+    Runs before anything is created, so a bad spec, argument or tracking URI raises
+    :class:`SpecError` without leaving a storage, a study or an MLflow run behind.
     """
-    import mlflow  # noqa: F401  (fail early if tracking is not installed)
-    import optuna
-    from mlflow.tracking import MlflowClient
+    from benchmarks.config import compose_config
+    from benchmarks.suite.preflight import PreflightError, check_tracking_uri
+    from benchmarks.telemetry.tracking import default_tracking_uri
 
-    from benchmarks.telemetry import metrics as M
-    from benchmarks.telemetry.tracking import default_tracking_uri, flatten, prepare_store
-
-    t0 = time.perf_counter()
     if extra_overrides:
-        from dataclasses import replace
-
         spec = replace(spec, base_overrides=(*spec.base_overrides, *extra_overrides))
     if trials is not None:
         spec = spec.with_trials(trials)
@@ -554,8 +537,6 @@ def run_sweep(
         raise SpecError(f"--study-name={name!r}: use letters, digits, '_', '.' or '-'")
     base = spec.base_overrides
     storage = storage or f"sqlite:///{Path.cwd() / 'optuna.db'}"
-    from benchmarks.config import compose_config
-
     try:
         base_cfg = compose_config([*base, *spec.budget, f"algorithm=[{spec.algorithms[0]}]"])
     except Exception as e:
@@ -573,21 +554,40 @@ def run_sweep(
     if workers > 1 and not _given(base, "threads"):
         fixed.append(f"threads={max(1, (os.cpu_count() or 1) // workers)}")  # no oversubscription
     configs = check_spec(spec, fixed)  # every remaining spec error, before anything is created
-    from benchmarks.suite.preflight import PreflightError, check_tracking_uri
-
     try:
         check_tracking_uri(uri, key="--tracking-uri" if tracking_uri else "tracking.uri")
     except PreflightError as e:
         raise SpecError(str(e)) from e
+    return _Plan(
+        spec=spec,
+        name=name,
+        storage=storage,
+        tracking_uri=uri,
+        experiment=experiment,
+        output_dir=out_dir,
+        fixed=tuple(fixed),
+        workers=workers,
+        base_cfg=base_cfg,
+        configs=configs,
+    )
 
-    # ---- storage and studies (created once, before any worker)
-    direction = spec.objective.direction
-    opt_storage = make_storage(storage)
+
+def _open_studies(plan: _Plan, resume: bool) -> _Studies:
+    """Create the sweep's studies, or load them with ``resume``, in the main process.
+
+    Done once before any worker starts, so workers only ever load a study (never race to create
+    one). A new study gets the spec and the spec's enqueued points; an existing one is refused
+    without ``resume`` and checked to optimise in the spec's direction.
+    """
+    import optuna
+
+    spec, name, direction = plan.spec, plan.name, plan.spec.objective.direction
+    opt_storage = make_storage(plan.storage)
     present = set(optuna.get_all_study_names(opt_storage))
     clash = [f"{name}{suffix}" for suffix in spec.studies if f"{name}{suffix}" in present]
     if clash and not resume:
         raise SpecError(
-            f"--study-name={name!r}: study {clash[0]!r} already exists in {storage}; pass "
+            f"--study-name={name!r}: study {clash[0]!r} already exists in {plan.storage}; pass "
             "--resume to continue it, or another --study-name"
         )
     studies: dict[str, tuple[Any, str | None]] = {}
@@ -601,7 +601,7 @@ def run_sweep(
                 )
         else:
             study = optuna.create_study(study_name=sname, storage=opt_storage, direction=direction)
-            study.set_user_attr("spec", json.loads(json.dumps(asdict(spec), default=str)))
+            study.set_user_attr("spec", _spec_dict(spec))
             if alg is not None:
                 study.set_user_attr("algorithm", alg)
             for entry in spec.enqueue:
@@ -612,13 +612,33 @@ def run_sweep(
                     params.pop("algorithm")
                 study.enqueue_trial(params, user_attrs={"enqueued": True})
         studies[sname] = (study, alg)
+    return _Studies(opt_storage, studies)
 
-    # ---- MLflow: the store, the experiment and the sweep's parent run, once
-    exp_id = prepare_store(uri, experiment)
+
+def _spec_dict(spec: SweepSpec) -> dict[str, Any]:
+    return json.loads(json.dumps(asdict(spec), default=str))
+
+
+def _open_parent_run(plan: _Plan, opened: _Studies, resume: bool) -> tuple[Any, str, str]:
+    """The MLflow store, the experiment and the sweep's parent run; returns (client, experiment
+    id, parent run id).
+
+    Created once in the main process, so workers only add child runs to it. With ``resume`` the
+    parent run recorded on the studies is reopened (when it still exists), so a resumed sweep
+    stays one run; each study records the parent's id for the next resume.
+    """
+    from mlflow.entities import Param
+    from mlflow.tracking import MlflowClient
+
+    from benchmarks.telemetry import metrics as M
+    from benchmarks.telemetry.tracking import flatten, prepare_store
+
+    uri, cfg = plan.tracking_uri, plan.base_cfg
+    exp_id = prepare_store(uri, plan.experiment)
     client = MlflowClient(uri)
     parent_id = None
     if resume:
-        for study, _ in studies.values():
+        for study, _ in opened.studies.values():
             rid = study.user_attrs.get(_ATTR_PARENT)
             if rid:
                 try:
@@ -631,132 +651,249 @@ def run_sweep(
     if parent_id is None:
         parent = client.create_run(
             exp_id,
-            run_name=f"sweep-{name}",
+            run_name=f"sweep-{plan.name}",
             tags={
                 M.TAG_ROLE: "sweep",
-                "sweep.name": spec.name,
-                "sweep.studies": ",".join(studies),
-                "sweep.storage": storage,
-                M.TAG_TASK: str(base_cfg.task.name),
-                M.TAG_BUDGET_KIND: str(base_cfg.budget.kind),
-                M.TAG_BUDGET_LIMIT: str(base_cfg.budget.limit),
+                "sweep.name": plan.spec.name,
+                "sweep.studies": ",".join(opened.studies),
+                "sweep.storage": plan.storage,
+                M.TAG_TASK: str(cfg.task.name),
+                M.TAG_BUDGET_KIND: str(cfg.budget.kind),
+                M.TAG_BUDGET_LIMIT: str(cfg.budget.limit),
             },
         )
         parent_id = parent.info.run_id
-        spec_dict = json.loads(json.dumps(asdict(spec), default=str))
-        from mlflow.entities import Param
-
+        spec_dict = _spec_dict(plan.spec)
         params = flatten(
             {"sweep": {k: v for k, v in spec_dict.items() if k not in ("search_space", "enqueue")}}
         )
         client.log_batch(parent_id, params=[Param(k, v[:6000]) for k, v in params.items()])
         client.log_dict(parent_id, spec_dict, "sweep/spec.json")
-    for study, _ in studies.values():
+    for study, _ in opened.studies.values():
         study.set_user_attr(_ATTR_PARENT, parent_id)
-    ctx = _Context(
-        spec, storage, uri, exp_id, parent_id, tuple(fixed), logging.getLogger().getEffectiveLevel()
-    )
-    callback = MlflowTrialCallback(uri, exp_id, parent_id)
+    return client, exp_id, parent_id
 
-    result = SweepResult(
-        name=name,
-        studies=list(studies),
+
+def _study_trials(study: Any) -> list[Any]:
+    return study.get_trials(deepcopy=False)
+
+
+def _pending_tasks(
+    spec: SweepSpec, opened: _Studies, callback: MlflowTrialCallback
+) -> tuple[list[tuple[str, str | None]], int]:
+    """The trials still to run, as (study, fixed algorithm) tasks; returns them and how many
+    trials the studies already hold.
+
+    Counting here, in the main process, is what makes trial counts exact: each task is one
+    ``study.optimize(n_trials=1)``, so W workers never overshoot. A trial an interrupted sweep
+    left RUNNING is marked FAIL first (it would otherwise count as done, and never finish).
+    Tasks go round-robin over the studies, so an interrupted equal-effort sweep leaves the
+    algorithms with about the same number of trials.
+    """
+    import optuna
+
+    opt_storage = opened.storage
+    target = spec.trials // len(opened.studies)
+    per_study: dict[str, list[tuple[str, str | None]]] = {}
+    existing = 0
+    for sname, (study, alg) in opened.studies.items():
+        for t in _study_trials(study):
+            if t.state.name == "RUNNING":
+                why = "interrupted: left RUNNING by an earlier sweep process"
+                opt_storage.set_trial_user_attr(t._trial_id, _ATTR_ERROR, why)
+                study.tell(t.number, state=optuna.trial.TrialState.FAIL)
+                callback(study, opt_storage.get_trial(t._trial_id))
+                log.warning("%s trial %d was left RUNNING; marked FAIL", sname, t.number)
+        done = [t for t in _study_trials(study) if t.state.name != "WAITING"]
+        existing += len(done)
+        missing = max(0, target - len(done))
+        per_study[sname] = [(sname, alg)] * missing
+        if len(done) > target:
+            log.warning(
+                "%s already holds %d trials (> %d requested); running none",
+                sname,
+                len(done),
+                target,
+            )
+    tasks: list[tuple[str, str | None]] = []
+    for i in range(max((len(v) for v in per_study.values()), default=0)):
+        tasks += [v[i] for v in per_study.values() if i < len(v)]
+    return tasks, existing
+
+
+def _prewarm(cfg: Any) -> None:
+    """Build the shared warm start once in the main process, so W workers do not all train it
+    and write the same cache directory at once. Best effort: on failure the first trials build
+    it themselves."""
+    try:
+        import torch
+
+        from benchmarks.suite.run_one import load_start_model
+        from benchmarks.tasks.arith import ArithTask
+        from benchmarks.tasks.build import build_task
+        from benchmarks.training.modeling import build_char_tokenizer
+
+        if (
+            cfg.model.name_or_path is not None
+            or cfg.task.name != "arith"
+            or not cfg.warmstart.enabled
+        ):
+            return
+        torch.set_num_threads(int(cfg.threads))  # as a trial would (threads per worker)
+        task = build_task(cfg.task)
+        tokenizer = build_char_tokenizer(ArithTask.alphabet)
+        try:
+            load_start_model(cfg, int(cfg.seed), task, tokenizer)
+        finally:
+            close = getattr(task, "close", None)
+            if close:
+                close()
+    except Exception as e:
+        log.warning("could not build the warm start before the workers start (%s); they will", e)
+
+
+def _run_tasks(
+    ctx: _Context, tasks: Sequence[tuple[str, str | None]], seeds: Sequence[int], plan: _Plan
+) -> int:
+    """Run every task, in-process (one worker) or in a pool of spawned workers; returns how many
+    ran.
+
+    Spawned, not forked: a worker starts clean of the main process's torch threads, SQLite
+    connections and MLflow client. A trial's own errors are caught inside it (the trial ends
+    FAIL); a worker that dies is logged and the other tasks go on.
+    """
+    ran = 0
+    if plan.workers > 1 and len(tasks) > 1:
+        _prewarm(next(iter(plan.configs.values())))
+        with ProcessPoolExecutor(
+            max_workers=min(plan.workers, len(tasks)),
+            mp_context=mp.get_context("spawn"),
+            initializer=_init_worker,
+            initargs=(ctx.log_level,),
+        ) as pool:
+            futures = [
+                pool.submit(_run_trial, ctx, s, a, seed)
+                for (s, a), seed in zip(tasks, seeds, strict=True)
+            ]
+            for f in as_completed(futures):
+                try:
+                    f.result()
+                    ran += 1
+                except Exception as e:  # the worker itself died; trials inside are caught
+                    log.error("a sweep worker failed: %s: %s", type(e).__name__, e)
+    else:
+        for (s, a), seed in zip(tasks, seeds, strict=True):
+            _run_trial(ctx, s, a, seed)
+            ran += 1
+    return ran
+
+
+def _write_summary(
+    result: SweepResult, spec: SweepSpec, opened: _Studies, client: Any, t0: float
+) -> None:
+    """Fill ``result`` with the best trial per algorithm, the importances and the trial counts,
+    write ``sweep_summary.md`` and ``.json``, and log both and the best values to the parent run.
+
+    The studies are reloaded from the storage: the workers' trials are not in the main
+    process's study objects.
+    """
+    import optuna
+    from mlflow.entities import Metric
+
+    fresh = {
+        s: (optuna.load_study(study_name=s, storage=opened.storage), a)
+        for s, (_, a) in opened.studies.items()
+    }
+    result.best, result.importances, result.states = _summarize(spec, fresh)
+    result.wall_s = time.perf_counter() - t0
+    result.output_dir.mkdir(parents=True, exist_ok=True)
+    result.summary_md = result.output_dir / "sweep_summary.md"
+    result.summary_md.write_text(render_markdown(result))
+    result.summary_json = result.output_dir / "sweep_summary.json"
+    result.summary_json.write_text(json.dumps(_jsonable(result), indent=2))
+    client.log_artifact(result.parent_run_id, str(result.summary_md), "sweep")
+    client.log_artifact(result.parent_run_id, str(result.summary_json), "sweep")
+    ts = int(time.time() * 1000)
+    metrics = [
+        Metric(f"sweep/best/{b.algorithm}", b.value, ts, 0)
+        for b in result.best
+        if b.value is not None
+    ]
+    metrics.append(Metric("sweep/wall_s", result.wall_s, ts, 0))
+    client.log_batch(result.parent_run_id, metrics=metrics)
+
+
+def run_sweep(
+    spec: SweepSpec,
+    *,
+    trials: int | None = None,
+    workers: int = 1,
+    storage: str | None = None,
+    resume: bool = False,
+    study_name: str | None = None,
+    tracking_uri: str | None = None,
+    extra_overrides: Sequence[str] = (),
+) -> SweepResult:
+    """Run (or resume) a sweep until its studies hold ``trials`` trials in all.
+
+    Everything that can be wrong with the spec raises :class:`SpecError` before a storage, a
+    study or an MLflow run is created. ``workers`` > 1 runs trials in that many spawned
+    processes sharing the storage and the MLflow experiment. The parent run ends FINISHED,
+    KILLED (interrupted) or FAILED.
+    """
+    import mlflow  # noqa: F401  (fail early if tracking is not installed)
+
+    t0 = time.perf_counter()
+    plan = _prepare(
+        spec,
+        trials=trials,
+        workers=workers,
         storage=storage,
-        tracking_uri=uri,
-        experiment=experiment,
+        study_name=study_name,
+        tracking_uri=tracking_uri,
+        extra_overrides=extra_overrides,
+    )
+    spec = plan.spec
+    opened = _open_studies(plan, resume)
+    client, exp_id, parent_id = _open_parent_run(plan, opened, resume)
+    ctx = _Context(
+        spec,
+        plan.storage,
+        plan.tracking_uri,
+        exp_id,
+        parent_id,
+        plan.fixed,
+        logging.getLogger().getEffectiveLevel(),
+    )
+    result = SweepResult(
+        name=plan.name,
+        studies=list(opened.studies),
+        storage=plan.storage,
+        tracking_uri=plan.tracking_uri,
+        experiment=plan.experiment,
         parent_run_id=parent_id,
-        output_dir=out_dir,
+        output_dir=plan.output_dir,
         metric=spec.objective.metric,
-        direction=direction,
+        direction=spec.objective.direction,
     )
     status = "FAILED"
     try:
-        # ---- resume: trials an interrupted sweep left RUNNING are FAIL; count what is missing
-        target = spec.trials // len(studies)
-        tasks: list[tuple[str, str | None]] = []
-        per_study: dict[str, list[tuple[str, str | None]]] = {}
-        existing = 0
-        for sname, (study, alg) in studies.items():
-            for t in _study_trials(study):
-                if t.state.name == "RUNNING":
-                    why = "interrupted: left RUNNING by an earlier sweep process"
-                    opt_storage.set_trial_user_attr(t._trial_id, _ATTR_ERROR, why)
-                    study.tell(t.number, state=optuna.trial.TrialState.FAIL)
-                    callback(study, opt_storage.get_trial(t._trial_id))
-                    log.warning("%s trial %d was left RUNNING; marked FAIL", sname, t.number)
-            done = [t for t in _study_trials(study) if t.state.name != "WAITING"]
-            existing += len(done)
-            missing = max(0, target - len(done))
-            per_study[sname] = [(sname, alg)] * missing
-            if len(done) > target:
-                log.warning(
-                    "%s already holds %d trials (> %d requested); running none",
-                    sname,
-                    len(done),
-                    target,
-                )
-        for i in range(max((len(v) for v in per_study.values()), default=0)):
-            tasks += [v[i] for v in per_study.values() if i < len(v)]  # round-robin over studies
+        callback = MlflowTrialCallback(plan.tracking_uri, exp_id, parent_id)
+        tasks, existing = _pending_tasks(spec, opened, callback)
         log.info(
             "sweep %s: %d trials to run (%d exist) over %s, %d worker(s); storage %s; MLflow %s run %s",
-            name,
+            plan.name,
             len(tasks),
             existing,
-            list(studies),
-            workers,
-            storage,
-            uri,
+            list(opened.studies),
+            plan.workers,
+            plan.storage,
+            plan.tracking_uri,
             parent_id,
         )
         seeds = [spec.seed + existing + i for i in range(len(tasks))]
-        if workers > 1 and len(tasks) > 1:
-            _prewarm(next(iter(configs.values())))
-            ctx_mp = mp.get_context("spawn")
-            with ProcessPoolExecutor(
-                max_workers=min(workers, len(tasks)),
-                mp_context=ctx_mp,
-                initializer=_init_worker,
-                initargs=(ctx.log_level,),
-            ) as pool:
-                futures = [
-                    pool.submit(_run_trial, ctx, s, a, seed)
-                    for (s, a), seed in zip(tasks, seeds, strict=True)
-                ]
-                for f in as_completed(futures):
-                    try:
-                        f.result()
-                        result.trials_run += 1
-                    except Exception as e:  # the worker itself died; trials inside are caught
-                        log.error("a sweep worker failed: %s: %s", type(e).__name__, e)
-        else:
-            for (s, a), seed in zip(tasks, seeds, strict=True):
-                _run_trial(ctx, s, a, seed)
-                result.trials_run += 1
-
-        # ---- the summary: best trial per algorithm, importances; logged to the parent run
-        fresh = {
-            s: (optuna.load_study(study_name=s, storage=opt_storage), a)
-            for s, (_, a) in studies.items()
-        }
-        result.best, result.importances, result.states = _summarize(spec, fresh)
-        result.wall_s = time.perf_counter() - t0
-        out_dir.mkdir(parents=True, exist_ok=True)
-        result.summary_md = out_dir / "sweep_summary.md"
-        result.summary_md.write_text(render_markdown(result))
-        result.summary_json = out_dir / "sweep_summary.json"
-        result.summary_json.write_text(json.dumps(_jsonable(result), indent=2))
-        client.log_artifact(parent_id, str(result.summary_md), "sweep")
-        client.log_artifact(parent_id, str(result.summary_json), "sweep")
-        from mlflow.entities import Metric
-
-        ts = int(time.time() * 1000)
-        metrics = [
-            Metric(f"sweep/best/{b.algorithm}", b.value, ts, 0)
-            for b in result.best
-            if b.value is not None
-        ]
-        metrics.append(Metric("sweep/wall_s", result.wall_s, ts, 0))
-        client.log_batch(parent_id, metrics=metrics)
+        result.trials_run = _run_tasks(ctx, tasks, seeds, plan)
+        _write_summary(result, spec, opened, client, t0)
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"

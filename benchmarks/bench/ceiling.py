@@ -5,7 +5,6 @@ by the ``Probe``, so a change of load does not bias the ratios).
 
 from __future__ import annotations
 
-import logging
 import time
 
 import torch
@@ -13,15 +12,10 @@ import torch.nn.functional as F
 
 from benchmarks.bench.common import BenchSettings, Results
 
-log = logging.getLogger(__name__)
-
-__all__ = ["bench_ceiling", "gemm_shapes"]
+__all__ = ["Probe", "bench_ceiling", "gemm_shapes", "time_gemm"]
 
 
-# ----------------------------------------------------------------------------- (1) ceiling
-
-
-def gemm_shapes(cfg, tokens: int, decode_batch: int) -> list[tuple[str, int, int, int]]:  # noqa: ANN001
+def gemm_shapes(cfg, tokens: int, decode_batch: int) -> list[tuple[str, int, int, int]]:
     """(label, M, K, N) of the model's linear layers at ``tokens`` rows (a training batch) and at
     ``decode_batch`` rows (one decode step)."""
     d, inter = cfg.hidden_size, cfg.intermediate_size
@@ -54,7 +48,24 @@ def time_gemm(m: int, k: int, n: int, dtype: torch.dtype, min_s: float) -> float
         reps *= 2
 
 
-def bench_ceiling(res: Results, cfg, s: BenchSettings, tokens: int) -> Probe:  # noqa: ANN001
+class Probe:
+    """The ceiling's best shape, re-measured in every round of sections 2 and 3, so a
+    utilisation compares work and ceiling under the same load (the machine may be shared)."""
+
+    def __init__(self, res: Results, shape: tuple[str, int, int, int], min_s: float) -> None:
+        self.res, self.shape, self.min_s = res, shape, min_s
+
+    def __call__(self) -> float:
+        _, m, k, n = self.shape
+        gf = time_gemm(m, k, n, torch.float32, self.min_s)
+        self.res.add("ceiling", f"{self.shape[0]} (in-round probe)", "fp32 GFLOP/s", "GFLOP/s", gf)
+        return gf
+
+
+def bench_ceiling(res: Results, cfg, s: BenchSettings, tokens: int) -> Probe:
+    """Section 1: fp32 and bf16 GFLOP/s at each of the model's shapes (``cfg``, its HF config)
+    for a training batch of ``tokens`` rows and the largest decode batch; records the ceilings
+    in ``res.meta`` and returns the probe of the best fp32 shape."""
     shapes = gemm_shapes(cfg, tokens, max(s.rollout_batches))
     for _ in range(max(3, s.repeats // 2)):
         for dtype, name in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
@@ -71,17 +82,3 @@ def bench_ceiling(res: Results, cfg, s: BenchSettings, tokens: int) -> Probe:  #
     top = max(shapes, key=lambda sh: res.get("ceiling", sh[0], "fp32 GFLOP/s").median)
     res.meta["ceiling_shape"] = top[0]
     return Probe(res, top, max(0.002, s.gemm_min_s / 2))
-
-
-class Probe:
-    """The ceiling's best shape, re-measured in every round of sections 2 and 3, so a
-    utilisation compares work and ceiling under the same load (the machine may be shared)."""
-
-    def __init__(self, res: Results, shape: tuple[str, int, int, int], min_s: float) -> None:
-        self.res, self.shape, self.min_s = res, shape, min_s
-
-    def __call__(self) -> float:
-        _, m, k, n = self.shape
-        gf = time_gemm(m, k, n, torch.float32, self.min_s)
-        self.res.add("ceiling", f"{self.shape[0]} (in-round probe)", "fp32 GFLOP/s", "GFLOP/s", gf)
-        return gf

@@ -4,7 +4,6 @@ round-robin results, the shared model and task, and the CPU share a measurement 
 
 from __future__ import annotations
 
-import logging
 import statistics
 import time
 from collections.abc import Callable
@@ -14,12 +13,10 @@ from typing import Any
 
 import torch
 
-log = logging.getLogger(__name__)
-
-__all__ = ["BenchContext", "BenchSettings", "Figure", "Results", "TARGETS", "cpu_share"]
+__all__ = ["TARGETS", "BenchContext", "BenchSettings", "Figure", "Results", "cpu_share"]
 
 
-#: The issue's targets: (ratio key, comparison, threshold).
+#: The speed targets the run reports as met or not: (ratio key, comparison, threshold).
 TARGETS: tuple[tuple[str, str, float], ...] = (
     ("step_vs_trl_shipped", ">=", 1.5),
     ("step_vs_trl_no_ckpt", ">=", 1.2),
@@ -36,7 +33,7 @@ class BenchSettings:
     repeats: int = 7
     warmup: int = 2
     rollout_batches: tuple[int, int] = (64, 256)
-    samples_per_step: int = 256  # 32 prompts x 8 completions, the issue's setting
+    samples_per_step: int = 256  # 32 prompts x 8 completions
     group_size: int = 8
     threads: int = 1
     seed: int = 0
@@ -88,6 +85,8 @@ class Figure:
 
 
 class Results:
+    """Every figure of a run, by (section, name, metric), and run-wide facts in ``meta``."""
+
     def __init__(self) -> None:
         self.figures: dict[tuple[str, str, str], Figure] = {}
         self.meta: dict[str, Any] = {}
@@ -112,11 +111,14 @@ def cpu_share(fn: Callable[[], Any]) -> tuple[Any, float, float]:
     return out, time.perf_counter() - t0, time.thread_time() - c0
 
 
-# ----------------------------------------------------------------------------- (3) step
+# ----------------------------------------------------------------------------- shared context
 
 
 @dataclass
 class BenchContext:
+    """The model, tokenizer, task and shuffled problems every section measures on, the
+    completion length, and a temporary directory (MLflow store, TRL's model copy)."""
+
     cfg: Any
     model: torch.nn.Module
     tok: Any

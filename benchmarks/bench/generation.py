@@ -1,10 +1,9 @@
 """Section 2 of ``sppo-bench bench``: rollout tokens/s of the suite's engine versus HF
-``generate()`` on the same model, prompts and sampling settings, with achieved GFLOP/s.
+``generate()`` on the same model, prompts and sampling settings, with achieved GFLOP/s, and the
+bound a rollout of the engine's lengths would reach if only its matmuls cost time.
 """
 
 from __future__ import annotations
-
-import logging
 
 import torch
 import torch.nn.functional as F
@@ -12,18 +11,21 @@ import torch.nn.functional as F
 from benchmarks.bench.ceiling import Probe
 from benchmarks.bench.common import BenchContext, BenchSettings, Results, cpu_share
 
-log = logging.getLogger(__name__)
-
-__all__ = ["bench_rollout"]
+__all__ = ["bench_rollout", "engine_generate", "hf_generate", "rollout_work"]
 
 
-# ----------------------------------------------------------------------------- (2) rollout
+def rollout_work(model_config, plens: list[int], lens: list[int]) -> tuple[int, float]:
+    """(real tokens, analytic FLOPs) of a rollout whose prompts and responses have these lengths:
+    the same count for every contender."""
+    from benchmarks.telemetry.meter import FlopModel
+
+    fm = FlopModel.from_config(model_config)
+    return int(sum(lens)), float(sum(fm.generate(p, r) for p, r in zip(plens, lens, strict=True)))
 
 
-def hf_generate(model, tok, prompts: list[str], max_new: int, seed: int) -> tuple[int, float]:  # noqa: ANN001
+def hf_generate(model, tok, prompts: list[str], max_new: int, seed: int) -> tuple[int, float]:
     """HF ``generate()`` with the suite's sampling settings; returns (real tokens, FLOPs)."""
     from benchmarks.engines.rollout import encode_prompts, past_first_eos
-    from benchmarks.telemetry.meter import FlopModel
 
     ids, mask = encode_prompts(tok, prompts)
     torch.manual_seed(seed)
@@ -42,23 +44,24 @@ def hf_generate(model, tok, prompts: list[str], max_new: int, seed: int) -> tupl
         )
     resp = out[:, ids.shape[1] :]
     real = (~past_first_eos(resp, tok.eos_token_id)).sum(-1)
-    fm = FlopModel.from_config(model.config)
-    plens = mask.sum(-1).long().tolist()
-    flops = sum(fm.generate(p, r) for p, r in zip(plens, real.tolist(), strict=True))
-    return int(real.sum()), float(flops)
+    return rollout_work(model.config, mask.sum(-1).long().tolist(), real.tolist())
 
 
-def engine_generate(engine, prompts: list[str], max_new: int, seed: int) -> tuple[int, float]:  # noqa: ANN001
-    from benchmarks.telemetry.meter import FlopModel
-
+def engine_generate(
+    engine, prompts: list[str], max_new: int, seed: int, shapes: dict | None = None
+) -> tuple[int, float]:
+    """The suite's engine with the same sampling settings; returns (real tokens, FLOPs). With
+    ``shapes``, stores the rollout's prompt lengths and response lengths there (``plens``,
+    ``lens``) for the matmul-only bound."""
     ro = engine.generate(prompts, temperature=1.0, top_p=1.0, max_new_tokens=max_new, seed=seed)
-    fm = FlopModel.from_config(engine.model.config)
     plens = ro.prompt_mask.sum(-1).long().tolist()
     lens = ro.lengths.tolist()
-    return int(sum(lens)), float(sum(fm.generate(p, r) for p, r in zip(plens, lens, strict=True)))
+    if shapes is not None:
+        shapes["plens"], shapes["lens"] = plens, lens
+    return rollout_work(engine.model.config, plens, lens)
 
 
-def _gemm_replay(model, plens: list[int], lens: list[int]) -> tuple[int, float]:  # noqa: ANN001
+def _gemm_replay(model, plens: list[int], lens: list[int]) -> tuple[int, float]:
     """Only the matmuls of a sampled rollout, at its shapes: the prefill over every prompt token,
     then one decode step per token with exactly the rows still generating (the linear layers,
     fused as the engine fuses them, and the head). What a rollout of these lengths would take if
@@ -93,32 +96,21 @@ def _gemm_replay(model, plens: list[int], lens: list[int]) -> tuple[int, float]:
         for m in active:
             layers(m)
             F.linear(x[:m, :d], w["head"])
-    fm = FlopModel.from_config(cfg)
-    return int(sum(lens)), float(sum(fm.generate(p, r) for p, r in zip(plens, lens, strict=True)))
+    return rollout_work(cfg, plens, lens)
 
 
 def bench_rollout(res: Results, ctx: BenchContext, s: BenchSettings, probe: Probe) -> None:
+    """Section 2: at each rollout batch size, the engine, HF ``generate()`` and the engine's
+    matmul-only bound, interleaved round by round, each round's ratios against HF."""
     from benchmarks.engines.torch_engine import TorchEngine
 
     engine = TorchEngine(ctx.model, ctx.tok, batch_size=max(s.rollout_batches))
     shapes: dict[str, list[int]] = {}
 
-    def run_engine(prompts: list[str], seed: int) -> tuple[int, float]:
-        ro = engine.generate(
-            prompts, temperature=1.0, top_p=1.0, max_new_tokens=ctx.max_new, seed=seed
-        )
-        shapes["plens"] = ro.prompt_mask.sum(-1).long().tolist()
-        shapes["lens"] = ro.lengths.tolist()
-        from benchmarks.telemetry.meter import FlopModel
-
-        fm = FlopModel.from_config(ctx.model.config)
-        zipped = zip(shapes["plens"], shapes["lens"], strict=True)
-        return int(sum(shapes["lens"])), float(sum(fm.generate(p, r) for p, r in zipped))
-
     for b in s.rollout_batches:
         prompts = [p.prompt for p in ctx.problems[:b]]
         contenders = {
-            "engine": lambda seed, p=prompts: run_engine(p, seed),
+            "engine": lambda seed, p=prompts: engine_generate(engine, p, ctx.max_new, seed, shapes),
             "hf_generate": lambda seed, p=prompts: hf_generate(
                 ctx.model, ctx.tok, p, ctx.max_new, seed
             ),

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import logging
 import os
 import threading
 from collections.abc import Callable
@@ -17,18 +16,19 @@ from benchmarks.bench.generation import engine_generate, hf_generate
 from benchmarks.bench.step import OurStepper
 from benchmarks.bench.trl_contender import TrlStepper
 
-log = logging.getLogger(__name__)
-
 __all__ = ["bench_memory"]
 
 
-# ----------------------------------------------------------------------------- (5) memory
-
-
 def _rss() -> int:
-    from benchmarks.telemetry.meter import PeakMemory
+    """This process's resident set now (bytes), as the suite's ``PeakMemory`` samples it; off
+    Linux, the lifetime peak."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        import resource
 
-    return PeakMemory._rss()
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _peak_in_child(fn: Callable[[], Any]) -> float:
@@ -63,7 +63,7 @@ def _peak_in_child(fn: Callable[[], Any]) -> float:
             th.join()
             peak[0] = max(peak[0], _rss())
             os.write(w, str(peak[0] - base).encode())
-        except BaseException:  # noqa: BLE001 - report as NaN
+        except BaseException:  # any failure in the child: report NaN
             code = 1
         finally:
             os._exit(code)
@@ -76,6 +76,8 @@ def _peak_in_child(fn: Callable[[], Any]) -> float:
 
 
 def bench_memory(res: Results, ctx: BenchContext, s: BenchSettings) -> None:
+    """Section 5: peak RSS growth of a rollout (engine, HF) at the largest batch and of two
+    steps of each trainer, each in its own child."""
     from benchmarks.engines.torch_engine import TorchEngine
 
     b = max(s.rollout_batches)

@@ -40,6 +40,7 @@ import json
 import logging
 import math
 import os
+import random
 import sys
 import tempfile
 import time
@@ -57,13 +58,14 @@ from benchmarks.bench.step import bench_step, mlflow_tracker, record_tracking
 
 log = logging.getLogger(__name__)
 
-__all__ = ["main", "run_bench"]
+__all__ = ["main", "print_results", "run_bench", "write_results"]
 
 
 # ----------------------------------------------------------------------------- driver
 
 
 def _ratio_value(res: Results, key: str, s: BenchSettings) -> float:
+    """The median figure a target (a key of ``TARGETS``) is judged on; NaN if not measured."""
     big = max(s.rollout_batches)
     f = {
         "step_vs_trl_shipped": ("ratio", "step sppo-bench / TRL (as shipped)", "ratio"),
@@ -98,8 +100,6 @@ def run_bench(s: BenchSettings) -> dict[str, Any]:
     )
     model = build_tiny_llama(spec, len(tok), seed=s.seed)
     problems = list(task.train_problems())
-    import random
-
     random.Random(s.seed).shuffle(problems)
     res = Results()
     with tempfile.TemporaryDirectory() as tmp:
@@ -174,6 +174,7 @@ def _fmt(v: float) -> str:
 
 
 def print_results(result: dict[str, Any]) -> None:
+    """One table per section (shares of the ceiling or the step in %), the targets, the load."""
     from rich.console import Console
     from rich.table import Table
 

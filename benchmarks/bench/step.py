@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import gc
-import logging
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,12 +19,15 @@ from benchmarks.bench.ceiling import Probe
 from benchmarks.bench.common import BenchContext, BenchSettings, Results
 from benchmarks.bench.trl_contender import TrlStepper
 
-log = logging.getLogger(__name__)
-
-__all__ = ["bench_step", "record_tracking"]
+__all__ = ["OurStepper", "bench_step", "mlflow_tracker", "record_tracking"]
 
 
-def _our_trainer(ctx: BenchContext, s: BenchSettings, tracker=None):  # noqa: ANN001, ANN202
+# ----------------------------------------------------------------------------- (3) step
+
+
+def _our_trainer(ctx: BenchContext, s: BenchSettings, tracker=None):
+    """The suite's trainer with GRPO at the bench's batch and group size, on copies of the
+    shared model (policy and frozen reference), so each stepper starts from the same weights."""
     from algorithms import get_algorithm
     from benchmarks.engines.torch_engine import TorchEngine
     from benchmarks.telemetry.meter import Budget
@@ -64,7 +66,7 @@ class OurStepper:
 
     name = "sppo-bench"
 
-    def __init__(self, ctx: BenchContext, s: BenchSettings, tracker=None) -> None:  # noqa: ANN001
+    def __init__(self, ctx: BenchContext, s: BenchSettings, tracker=None) -> None:
         self.trainer = _our_trainer(ctx, s, tracker)
         self.log_s = 0.0
 
@@ -143,7 +145,11 @@ class _MatmulReplay:
         return time.perf_counter() - t0
 
 
-def bench_step(res: Results, ctx: BenchContext, s: BenchSettings, probe: Probe, tracker) -> dict:  # noqa: ANN001
+def bench_step(res: Results, ctx: BenchContext, s: BenchSettings, probe: Probe, tracker) -> dict:
+    """Section 3: the suite's GRPO step (logging to ``tracker``) and, with ``s.trl``, TRL's as
+    shipped and without gradient checkpointing, interleaved round by round; the suite's step's
+    matmuls replayed alone each round. Returns the per-step logging times (for section 4) and
+    the suite's trainer."""
     steppers: list = [OurStepper(ctx, s, tracker)]
     if s.trl:
         steppers += [
@@ -220,6 +226,7 @@ def bench_step(res: Results, ctx: BenchContext, s: BenchSettings, probe: Probe, 
 
 @contextlib.contextmanager
 def mlflow_tracker(tmp: Path) -> Iterator[Any]:
+    """The suite's MLflow tracker on a fresh SQLite store in ``tmp``: what section 4 measures."""
     from mlflow.tracking import MlflowClient
 
     from benchmarks.telemetry.tracking import MlflowTracker, prepare_store

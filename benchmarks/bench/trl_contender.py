@@ -1,10 +1,10 @@
-"""The TRL contender of the step section: one ``GRPOTrainer`` step on the same model, task,
-batch, group size, KL coefficient and reward as the suite's GRPO step.
+"""The TRL contender of section 3 (the step) and section 5 (memory): one ``GRPOTrainer`` step on
+the same model, task, batch, group size, KL coefficient and reward as the suite's GRPO step.
+Its own module because two sections run it: the step (3) and memory (5).
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -13,7 +13,7 @@ import torch
 
 from benchmarks.bench.common import BenchContext, BenchSettings
 
-log = logging.getLogger(__name__)
+__all__ = ["TrlStepper"]
 
 
 class TrlStepper:
@@ -37,7 +37,7 @@ class TrlStepper:
         problems = ctx.problems
         task = ctx.task
 
-        def arith_reward(completions, pid, **_):  # noqa: ANN001, ANN003, ANN202
+        def arith_reward(completions, pid, **_):
             return task.grade(list(completions), [problems[i] for i in pid]).scores
 
         n_prompts = max(64, s.samples_per_step // s.group_size * 8)
@@ -86,10 +86,10 @@ class TrlStepper:
         gate = self
 
         class _Gate(TrainerCallback):
-            def on_train_begin(self, args, state, control, **kw):  # noqa: ANN001, ANN003, ANN202
+            def on_train_begin(self, args, state, control, **kw):
                 gate._wait()
 
-            def on_step_end(self, args, state, control, **kw):  # noqa: ANN001, ANN003, ANN202
+            def on_step_end(self, args, state, control, **kw):
                 gate._done.release()
                 if gate._wait():
                     control.should_training_stop = True
@@ -120,7 +120,7 @@ class TrlStepper:
             self._done.release()
 
     def _timed(self, phase: str, fn: Callable) -> Callable:
-        def wrapper(*a, **k):  # noqa: ANN002, ANN003, ANN202
+        def wrapper(*a, **k):
             t0 = time.perf_counter()
             try:
                 return fn(*a, **k)
@@ -134,7 +134,7 @@ class TrlStepper:
         tr = self.trainer
         gen = tr._generate_single_turn
 
-        def generate(prompt_ids, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
+        def generate(prompt_ids, *a, **k):
             completion_ids, lps = gen(prompt_ids, *a, **k)
             self.flops += sum(
                 self.fm.generate(len(p), len(c))
