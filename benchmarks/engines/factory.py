@@ -1,20 +1,19 @@
-"""Which rollout engine a run samples from (``engine.rollout``: the torch engine or vLLM), checked
-at start and built per run.
+"""Which rollout engine a run samples from: ``engine.rollout``, the torch engine or vLLM.
+
+The choice is validated by :func:`check_rollout_config` before any compute (a missing vLLM or a
+bad vLLM setting fails at start, not after the first training step), and turned by
+:func:`make_engine_factory` into the trainer's ``policy -> RolloutEngine`` factory, so the
+trainer builds each engine around its own policy module without knowing which kind it is.
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from benchmarks.engines.vllm_engine import VllmEngine, settings_from_config, vllm_available
 
-log = logging.getLogger(__name__)
-
 __all__ = ["ROLLOUTS", "check_rollout_config", "make_engine_factory"]
 
-
-# --- selection from the `engine` config node ----------------------------------------------------
 
 #: Values of ``engine.rollout``.
 ROLLOUTS = ("torch", "vllm")
@@ -25,7 +24,7 @@ _INSTALL_HINT = (
 
 
 def check_rollout_config(engine_cfg: Any) -> None:
-    """Validate ``engine.rollout`` (and the vLLM settings when it is ``vllm``) before any compute."""
+    """Validate ``engine.rollout`` (and, for ``vllm``, the vLLM settings) before any compute."""
     from algorithms import ConfigError
 
     rollout = str(engine_cfg.get("rollout", "torch"))

@@ -23,6 +23,9 @@ latest weights are always the ones sampled), with:
   every token on the CPU (the check is the only host sync; on an accelerator every 4 tokens);
 - ``torch.inference_mode``.
 
+Each token's sampling step is :func:`benchmarks.engines.sampling.next_token`, the HF loop's too,
+so both paths draw the same tokens from the same seed up to the rounding of their logits.
+
 The maths is the model's own (RMSNorm, RoPE, causal attention over the non-padding keys, SiLU
 gating, the tied or untied head); only float rounding differs from HF's path, which the rollout
 tests bound (sampling-time log-probs equal the teacher-forced ones to 1e-5).
@@ -30,11 +33,13 @@ tests bound (sampling-time log-probs equal the teacher-forced ones to 1e-5).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
 from benchmarks.engines.rollout import past_first_eos
-from benchmarks.engines.sampling import draw_uniforms, sample_tokens, token_logprobs, top_p_filter
+from benchmarks.engines.sampling import draw_uniforms, next_token, token_logprobs
 
 __all__ = ["LlamaDecoder", "prefix_hidden", "prefix_logprobs", "supports", "supports_backbone"]
 
@@ -56,18 +61,20 @@ KEEP_WORKSPACE_BYTES = 256 * 2**20
 SHORT_CONTEXT = 12
 
 
-def supports(model) -> bool:  # noqa: ANN001 - HF causal LM
-    """Whether :class:`LlamaDecoder` reproduces ``model``'s forward: a plain fp32 Llama (no biases,
-    no rope scaling, SiLU MLP, one tensor-parallel slice). Half-precision models keep HF's path,
-    whose RMSNorm upcasts in its own order (log-prob agreement is only tested in fp32)."""
+def supports(model: torch.nn.Module) -> bool:
+    """Whether :class:`LlamaDecoder` reproduces the HF causal LM ``model``'s forward: a plain
+    fp32 Llama (no biases, no rope scaling, SiLU MLP, one tensor-parallel slice). Half-precision
+    models keep HF's path, whose RMSNorm upcasts in its own order (log-prob agreement is only
+    tested in fp32)."""
     cfg = getattr(model, "config", None)
     if cfg is None or getattr(cfg, "model_type", None) != "llama":
         return False
     return supports_backbone(getattr(model, "model", None)) and hasattr(model, "lm_head")
 
 
-def supports_backbone(backbone) -> bool:  # noqa: ANN001 - HF LlamaModel (no LM head)
-    """:func:`supports` for a bare backbone, e.g. the critic's (:func:`prefix_hidden`)."""
+def supports_backbone(backbone: Any) -> bool:
+    """:func:`supports` for a bare backbone (an HF ``LlamaModel``, no LM head), e.g. the
+    critic's (:func:`prefix_hidden`); None or any other object is not supported."""
     cfg = getattr(backbone, "config", None)
     rotary = getattr(backbone, "rotary_emb", None)
     embed = getattr(backbone, "embed_tokens", None)
@@ -100,7 +107,7 @@ def _group_rows(key: torch.Tensor) -> tuple[list[int], list[int]]:
 class LlamaDecoder:
     """Prefill + static-cache decode over a HF ``LlamaForCausalLM``'s parameters."""
 
-    def __init__(self, model) -> None:  # noqa: ANN001
+    def __init__(self, model: torch.nn.Module) -> None:
         if not supports(model):
             raise ValueError(f"LlamaDecoder: unsupported model {type(model).__name__}")
         self.model = model
@@ -267,12 +274,33 @@ class LlamaDecoder:
         x.addmm_(attn.view(b, nh * hd), wo)
         return self._mlp(x, wgu, wdown)
 
-    def generate(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, **kw) -> tuple:  # noqa: ANN003
+    def generate(
+        self,
+        prompt_ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        *,
+        temperature: float,
+        top_p: float,
+        max_new_tokens: int,
+        eos_id: int,
+        pad_id: int,
+        gen: torch.Generator,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Sampled (or greedy, temperature 0) response ids and their log-probs, (B, T) each, with
-        ``pad_id`` / 0 after a row's EOS; T is the last EOS + 1 when every row ended. Runs under
+        ``pad_id`` / 0 after a row's EOS; T is the last EOS + 1 when every row ended. Prompts
+        (B, P) are left-padded; ``gen`` supplies the uniforms (:func:`draw_uniforms`). Runs under
         ``inference_mode``; the results are cloned out of it, so autograd may use them."""
         with torch.inference_mode():
-            ids, lps = self._generate(prompt_ids, prompt_mask, **kw)
+            ids, lps = self._generate(
+                prompt_ids,
+                prompt_mask,
+                temperature=temperature,
+                top_p=top_p,
+                max_new_tokens=max_new_tokens,
+                eos_id=eos_id,
+                pad_id=pad_id,
+                gen=gen,
+            )
         ws = self._ws
         if ws is not None and ws.numel() * ws.element_size() > KEEP_WORKSPACE_BYTES:
             self._ws = None  # a real model's caches: not held between calls
@@ -382,18 +410,13 @@ class LlamaDecoder:
         rows = torch.arange(B, device=device)  # original row of each active row
         dropped = False  # whether rows is still arange(B)
         done = torch.zeros(B, dtype=torch.bool, device=device)
-        inv_t = 1.0 / max(temperature, 1e-6)
         check = CHECK_EVERY if device.type != "cpu" else CHECK_EVERY_CPU
         steps = 0
         for t in range(T):
-            logits = torch.mm(self._norm(x), W["head"]).float()
-            logp = torch.log_softmax(logits * inv_t if inv_t != 1.0 else logits, dim=-1)
-            if temperature == 0:
-                nxt = logp.argmax(-1)
-            else:
-                sample_lp = logp if top_p >= 1.0 else top_p_filter(logp, top_p)
-                nxt = sample_tokens(sample_lp, us[t])
-            lp = logp.gather(-1, nxt.unsqueeze(-1)).squeeze(-1)
+            logits = torch.mm(self._norm(x), W["head"])
+            nxt, lp = next_token(
+                logits, None if us is None else us[t], temperature=temperature, top_p=top_p
+            )
             if dropped:
                 ids_out[t].index_copy_(0, rows, nxt)
                 lp_out[t].index_copy_(0, rows, lp)
@@ -443,7 +466,7 @@ class LlamaDecoder:
 
 
 def prefix_logprobs(
-    model,  # noqa: ANN001 - a Llama that :func:`supports`
+    model: torch.nn.Module,  # a Llama that :func:`supports`
     prompt_ids: torch.Tensor,  # (B, P) left-padded
     prompt_mask: torch.Tensor,  # (B, P)
     response_ids: torch.Tensor,  # (B, T)
@@ -459,7 +482,7 @@ def prefix_logprobs(
 
 
 def prefix_hidden(
-    backbone,  # noqa: ANN001 - a LlamaModel that :func:`supports_backbone`
+    backbone: torch.nn.Module,  # a LlamaModel that :func:`supports_backbone`
     prompt_ids: torch.Tensor,  # (B, P) left-padded
     prompt_mask: torch.Tensor,  # (B, P)
     response_ids: torch.Tensor,  # (B, T)
@@ -502,7 +525,7 @@ def prefix_hidden(
         h = x.shape[-1] // 2
         return x * cos + torch.cat((-x[..., h:], x[..., :h]), dim=-1) * sin
 
-    def qkv_of(layer, x: torch.Tensor, pos: torch.Tensor) -> tuple:  # noqa: ANN001
+    def qkv_of(layer: torch.nn.Module, x: torch.Tensor, pos: torch.Tensor) -> tuple:
         a = layer.self_attn
         w = torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])
         N, S, _ = x.shape
@@ -515,7 +538,7 @@ def prefix_hidden(
             qkv[:, :, nh + nkv :].transpose(1, 2),
         )
 
-    def finish(layer, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+    def finish(layer: torch.nn.Module, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
         N, S, _ = x.shape
         x = x + F.linear(attn.transpose(1, 2).reshape(N, S, nh * hd), layer.self_attn.o_proj.weight)
         mlp = layer.mlp

@@ -1,12 +1,17 @@
-"""The rollout interface: ``Rollout`` (prompts left-padded, responses right-padded, the sampled
-tokens' log-probs) and the ``RolloutEngine`` protocol every engine implements.
+"""The contract between the trainer and whatever samples for it.
+
+:class:`RolloutEngine` is what the trainer (and the sampled evaluation) calls; the torch engine
+and vLLM both implement it and return a :class:`Rollout`: prompts left-padded, responses
+right-padded with EOS included, and each sampled token's log-prob at sampling time, which the
+trainer compares with its own teacher-forced recomputation. :func:`encode_prompts` and
+:func:`past_first_eos` fix that layout once for every engine.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -31,6 +36,7 @@ class Rollout:
         return self.response_mask.sum(-1).long()
 
     def select(self, idx: torch.Tensor) -> Rollout:
+        """The rows ``idx`` (a 1-D index tensor), in that order."""
         keep = idx.tolist()
         return Rollout(
             self.prompt_ids[idx],
@@ -80,8 +86,9 @@ class RolloutEngine(Protocol):
         """Make the engine sample from the trainer's current policy weights."""
 
 
-def encode_prompts(tokenizer, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: ANN001
-    """Left-padded prompt ids and mask, (B, P)."""
+def encode_prompts(tokenizer: Any, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompt ids and float mask, (B, P), padded on the tokenizer's padding side, which must be
+    the left (the engines' layout); no special tokens are added: the text is the whole prompt."""
     enc = tokenizer(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
     return enc["input_ids"], enc["attention_mask"].float()
 

@@ -1,13 +1,20 @@
-"""Sampling primitives every decoder shares: the nucleus filter, one uniform per (step, row) drawn
-for the whole batch, the inverse-CDF draw, and the tempered log-probs of given tokens. The HF
-loop and the static-cache decoder call the same functions, so their samples agree.
+"""The per-token sampling step every decoder shares, and the teacher-forced log-probs.
+
+The rollout engine decodes through two loops: HF's own KV cache (any causal LM,
+``TorchEngine._hf_loop``) and the static-cache Llama decoder (``fastdecode.LlamaDecoder``).
+Both take one step per token through :func:`next_token`: tempering, the nucleus filter, the
+inverse-CDF draw from uniforms pre-drawn for the whole batch (:func:`draw_uniforms`), greedy at
+temperature 0, and the sampled token's log-prob. Because they share that step, the two loops
+draw the same tokens from the same seed up to the float rounding of their logits, and the
+sampling-time log-probs mean the same thing as the teacher-forced ones (:func:`token_logprobs`),
+which the trainer compares them with.
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["draw_uniforms", "sample_tokens", "token_logprobs", "top_p_filter"]
+__all__ = ["draw_uniforms", "next_token", "sample_tokens", "token_logprobs", "top_p_filter"]
 
 
 def top_p_filter(logp: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -45,6 +52,31 @@ def sample_tokens(sample_lp: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return torch.minimum(idx, last).squeeze(-1)
 
 
+def next_token(
+    logits: torch.Tensor, u: torch.Tensor | None, *, temperature: float, top_p: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One decode step for a batch: the next token of each row and its log-prob.
+
+    ``logits`` (B, V), any float dtype (computed in fp32); ``u`` (B,), this step's uniform per
+    row (a row of :func:`draw_uniforms`), unused and may be None at ``temperature == 0``.
+    Returns ``(tokens, logp)``, (B,) long and (B,) fp32.
+
+    The logits are scaled by ``1 / temperature`` (skipped at 1), then ``temperature == 0`` takes
+    the argmax; otherwise the token is drawn by :func:`sample_tokens` from the distribution
+    truncated by :func:`top_p_filter` (when ``top_p < 1``). ``logp`` is the token's log-prob under
+    the tempered distribution *before* the nucleus truncation, as the teacher-forced passes
+    recompute it."""
+    logits = logits.float()
+    inv_t = 1.0 / max(temperature, 1e-6)
+    logp = torch.log_softmax(logits * inv_t if inv_t != 1.0 else logits, dim=-1)
+    if temperature == 0:
+        tokens = logp.argmax(-1)
+    else:
+        sample_lp = logp if top_p >= 1.0 else top_p_filter(logp, top_p)
+        tokens = sample_tokens(sample_lp, u)
+    return tokens, logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
 def token_logprobs(
     logits: torch.Tensor,  # (B, T, V): position t predicts response token t
     response_ids: torch.Tensor,  # (B, T)
@@ -53,7 +85,7 @@ def token_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Each response token's log-prob at ``temperature`` (in fp32), and optionally the
     entropy of each position's distribution, (B, T) each: the tail of every teacher-forced
-    pass (HF's forward here, the shared-prompt one in ``fastdecode``)."""
+    pass (HF's forward in ``teacher_forced``, the shared-prompt one in ``fastdecode``)."""
     logp_all = torch.log_softmax(logits.float() / max(temperature, 1e-6), dim=-1)
     logp = logp_all.gather(-1, response_ids.unsqueeze(-1)).squeeze(-1)
     ent = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None

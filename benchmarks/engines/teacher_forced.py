@@ -1,6 +1,12 @@
-"""Teacher-forced passes: the log-probs (and entropies) of given responses under a model, for the
-old-policy, reference and update passes, grouped by response length (less padding) and, for
-Llama models, with each distinct prompt run once per group (``fastdecode.prefix_logprobs``).
+"""Teacher-forced passes: the log-probs (and entropies) of given responses under a model.
+
+The trainer scores every rollout again under the old policy, the reference and (with autograd)
+the policy being updated; these passes are most of a step's compute besides sampling. They take
+the tempered log-softmax of the same model (:func:`~benchmarks.engines.sampling.token_logprobs`),
+so a sampling-time log-prob and its recomputation differ by float rounding only. To cut the
+cost, :func:`bucketed_logprobs` groups rows by response length (:func:`by_length`: less padding)
+and, for Llama models, runs each distinct prompt once per group
+(:func:`~benchmarks.engines.fastdecode.prefix_logprobs`).
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ def sequence_inputs(
 
 
 def response_logprobs(
-    model,  # noqa: ANN001 - HF causal LM
+    model: torch.nn.Module,  # HF causal LM
     prompt_ids: torch.Tensor,
     prompt_mask: torch.Tensor,
     response_ids: torch.Tensor,
@@ -56,7 +62,7 @@ def response_logprobs(
 
 
 def bucketed_logprobs(
-    model,  # noqa: ANN001 - HF causal LM
+    model: torch.nn.Module,  # HF causal LM
     prompt_ids: torch.Tensor,
     prompt_mask: torch.Tensor,
     response_ids: torch.Tensor,
@@ -72,7 +78,9 @@ def bucketed_logprobs(
 
     shared = supports(model)  # Llama: distinct prompts run once per group (same log-probs)
 
-    def one(pi, pm, ri, rm):  # noqa: ANN001, ANN202
+    def one(
+        pi: torch.Tensor, pm: torch.Tensor, ri: torch.Tensor, rm: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         if shared:
             return prefix_logprobs(model, pi, pm, ri, temperature, with_entropy)
         return response_logprobs(model, pi, pm, ri, rm, temperature, with_entropy)

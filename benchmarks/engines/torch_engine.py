@@ -1,19 +1,27 @@
-"""Rollout engines: turn prompts into sampled responses with their sampling-time log-probs.
+"""The torch rollout engine: sampling from the trainer's own policy module, in this process.
 
-One interface (`RolloutEngine`) with a `torch` engine here: a batched sampler over the HF model's
-KV cache, colocated with the trainer, so weight sync is free. Prompts are left-padded and
-responses right-padded, the layout every log-prob and value computation below assumes:
-``[pad.. prompt | response ..pad]`` with ``P`` prompt columns and ``T`` response columns.
+:class:`TorchEngine` implements :class:`~benchmarks.engines.rollout.RolloutEngine` with nothing
+but torch: it holds the very module the trainer updates, so weight sync is free and a CPU run
+needs no inference server. Llama models decode through the static-cache decoder
+(:class:`~benchmarks.engines.fastdecode.LlamaDecoder`, several times faster at the suite's
+sizes); any other causal LM, or ``fast=False``, through HF's own KV cache (``_hf_loop``). Both
+loops take every token through :func:`~benchmarks.engines.sampling.next_token` with uniforms
+drawn from the call's ``seed``, so they sample alike.
+
+The rollout comes back as ``[pad.. prompt | response ..pad]``: prompts left-padded (``P``
+columns), responses right-padded (``T`` columns) with EOS included and pad / log-prob 0 after
+it, the layout every teacher-forced log-prob and value computation assumes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
 from benchmarks.engines.rollout import Rollout, encode_prompts, past_first_eos
-from benchmarks.engines.sampling import draw_uniforms, sample_tokens, top_p_filter
+from benchmarks.engines.sampling import draw_uniforms, next_token
 
 __all__ = ["TorchEngine"]
 
@@ -21,7 +29,9 @@ __all__ = ["TorchEngine"]
 class TorchEngine:
     """Batched KV-cache sampling with the trainer's own policy module (CPU or one GPU)."""
 
-    def __init__(self, model, tokenizer, *, batch_size: int = 512, fast: bool = True) -> None:  # noqa: ANN001
+    def __init__(
+        self, model: torch.nn.Module, tokenizer: Any, *, batch_size: int = 512, fast: bool = True
+    ) -> None:
         from benchmarks.engines.fastdecode import LlamaDecoder, supports
 
         self.model = model
@@ -115,13 +125,9 @@ class TorchEngine:
         us = None if temperature == 0 else draw_uniforms(gen, max_new_tokens, B, device)
         ids, lps = [], []
         for t in range(max_new_tokens):
-            logp = torch.log_softmax(logits.float() / max(temperature, 1e-6), dim=-1)
-            if temperature == 0:
-                nxt = logp.argmax(-1)
-            else:
-                sample_lp = logp if top_p >= 1.0 else top_p_filter(logp, top_p)
-                nxt = sample_tokens(sample_lp, us[t])
-            lp = logp.gather(-1, nxt.unsqueeze(-1)).squeeze(-1)
+            nxt, lp = next_token(
+                logits, None if us is None else us[t], temperature=temperature, top_p=top_p
+            )
             nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
             ids.append(nxt)
             lps.append(torch.where(done, torch.zeros_like(lp), lp))
