@@ -182,7 +182,7 @@ def test_on_policy_skip_keeps_loss_and_gradients(name, tok):
     one, two = (make_trainer(name, start, tok, task, budget, seed=3) for _ in range(2))
     two.skip_old_logprob = False
     assert one._on_policy() and not two._on_policy()
-    s1, s2 = one._train_step(), two._train_step()
+    s1, s2 = one.train_step(), two.train_step()
     # A one-machine claim, not a rounding budget: the separate old-log-prob pass runs the same
     # kernels on the same shapes as the update's forward (which only permutes rows), so its
     # log-probs equal the update's own to the bit, the ratio is exactly 1 in both trainers and

@@ -244,6 +244,25 @@ def test_phase_counts_time_even_when_the_body_raises():
     assert meter.wall["update"] >= 0.002
 
 
+def test_phase_counts_its_flops_in_the_same_statement():
+    meter = ComputeMeter()
+    with meter.phase("reference", flops=12.0):  # known beforehand
+        pass
+    clock_at_count = []
+
+    def rollout_flops() -> float:  # known afterwards: called once the clock has stopped
+        clock_at_count.append(meter.wall["rollout"])
+        return 5.0
+
+    with meter.phase("rollout", flops=rollout_flops):
+        time.sleep(0.002)
+    assert meter.flops["reference"] == 12.0 and meter.flops["rollout"] == 5.0
+    assert clock_at_count == [meter.wall["rollout"]] and meter.wall["rollout"] >= 0.002
+    with pytest.raises(RuntimeError), meter.phase("update", flops=7.0):
+        raise RuntimeError("boom")
+    assert meter.flops["update"] == 0.0 and meter.wall["update"] > 0.0  # time yes, FLOPs no
+
+
 def test_state_dict_round_trip():
     meter = ComputeMeter()
     meter.samples, meter.rollout_tokens, meter.prompts = 32, 321, 4

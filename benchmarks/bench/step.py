@@ -74,7 +74,7 @@ class OurStepper:
         tr = self.trainer
         wall0, flops0 = dict(tr.meter.wall), tr.meter.total_flops
         t0 = time.perf_counter()
-        stats = tr._train_step()
+        stats = tr.train_step()
         dt = time.perf_counter() - t0
         tr.step += 1
         t1 = time.perf_counter()

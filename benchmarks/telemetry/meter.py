@@ -14,13 +14,17 @@ import itertools
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from benchmarks.telemetry import metrics as M
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 __all__ = ["BUDGET_KINDS", "Budget", "ComputeMeter", "FlopModel", "PeakMemory"]
 
@@ -39,7 +43,7 @@ class FlopModel:
     kv_dim: int
 
     @classmethod
-    def from_config(cls, cfg) -> FlopModel:  # noqa: ANN001 - transformers PretrainedConfig
+    def from_config(cls, cfg: PretrainedConfig) -> FlopModel:
         heads = cfg.num_attention_heads
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
         kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
@@ -186,12 +190,21 @@ class ComputeMeter:
         return float(sum(v for k, v in self.wall.items() if k != "eval"))
 
     @contextmanager
-    def phase(self, name: str) -> Iterator[None]:
+    def phase(self, name: str, flops: float | Callable[[], float] | None = None) -> Iterator[None]:
+        """Time the body as phase ``name`` and, once it has finished, count its ``flops``.
+
+        ``flops`` is a number (work known beforehand: a pass over a given batch) or a function
+        called after the clock stops (work known only afterwards: the rollout's lengths), so
+        counting never adds to the phase's wall time. The time is counted even if the body
+        raises; the FLOPs only if it finishes.
+        """
         t0 = time.perf_counter()
         try:
             yield
         finally:
             self.wall[name] += time.perf_counter() - t0
+        if flops is not None:
+            self.add_flops(name, flops() if callable(flops) else flops)
 
     def add_flops(self, phase: str, flops: float) -> None:
         self.flops[phase] += float(flops)

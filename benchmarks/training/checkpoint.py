@@ -1,10 +1,12 @@
 """Checkpoints and ``resume=auto``: a run killed at any instant continues as if never stopped.
 
 What a checkpoint holds (one file per (parent run, algorithm, seed), replaced atomically): the
-policy, critic and both optimizers, every random generator the run draws from (torch, Python,
-NumPy, the prompt stream's own), the compute meter, the prompt stream's position, the step and
-skip counters, the evaluations so far, the MLflow child run id, and a fingerprint of the frozen
-reference model (the reference is rebuilt from the shared warm start, then checked).
+trainer's :meth:`~benchmarks.training.trainer.RLTrainer.state_dict` (policy, critic and both
+optimizers, the prompt stream with its own generator, the compute meter, the step and skip
+counters, the evaluations so far, a fingerprint of the frozen reference model, which is rebuilt
+from the shared warm start, then checked), with the process-wide random generators (torch,
+Python, NumPy) beside it under ``"rng"``, and the MLflow run it belongs to. This module moves
+those dicts and never reads inside the trainer's: the trainer alone knows what its state is.
 
 Written every ``trainer.checkpoint_every`` steps, after the step's metrics and evaluation are
 logged: to a temporary file, fsync'ed, then ``os.replace``'d over the previous one, so a kill
@@ -22,7 +24,6 @@ already there" is the only way to make the history exactly that of an uninterrup
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import json
 import logging
@@ -38,6 +39,8 @@ import torch
 from benchmarks import faults
 
 if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
     from benchmarks.training.trainer import RLTrainer
 log = logging.getLogger(__name__)
 
@@ -50,6 +53,8 @@ __all__ = [
     "config_hash",
     "find_resumable",
     "logged_counts",
+    "rng_state",
+    "set_rng_state",
 ]
 
 #: Parent-run tag: the hash of the resolved config, to find the invocation to resume.
@@ -69,7 +74,7 @@ def config_hash(resolved: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def find_resumable(client, experiment_id: str, chash: str) -> Any | None:  # noqa: ANN001
+def find_resumable(client: MlflowClient, experiment_id: str, chash: str) -> Any | None:
     """The newest suite parent run with this config hash, if it did not finish; else None."""
     from benchmarks.telemetry import metrics as M
 
@@ -84,7 +89,9 @@ def find_resumable(client, experiment_id: str, chash: str) -> Any | None:  # noq
     return runs[0]
 
 
-def child_runs(client, experiment_id: str, parent_id: str) -> dict[tuple[str, int], Any]:  # noqa: ANN001
+def child_runs(
+    client: MlflowClient, experiment_id: str, parent_id: str
+) -> dict[tuple[str, int], Any]:
     """The parent's child runs by (algorithm, seed); the newest wins if there are several."""
     from benchmarks.telemetry import metrics as M
 
@@ -102,7 +109,7 @@ def child_runs(client, experiment_id: str, parent_id: str) -> dict[tuple[str, in
     return out
 
 
-def logged_counts(client, run_id: str, from_step: int) -> Counter:  # noqa: ANN001
+def logged_counts(client: MlflowClient, run_id: str, from_step: int) -> Counter:
     """How many points each (key, step) with step >= ``from_step`` has in the run's history."""
     run = client.get_run(run_id)
     counts: Counter = Counter()
@@ -151,14 +158,8 @@ class ResumableTracker:
 # --------------------------------------------------------------------------- checkpoint file
 
 
-def _fingerprint(model: torch.nn.Module | None) -> float:
-    """A cheap identity of frozen weights (sum of |w| in float64)."""
-    if model is None:
-        return 0.0
-    return float(sum(p.detach().double().abs().sum() for p in model.parameters()))
-
-
-def _rng_state() -> dict[str, Any]:
+def rng_state() -> dict[str, Any]:
+    """The process-wide generators a run draws from (torch, Python, NumPy, CUDA)."""
     import numpy as np
 
     np_state = np.random.get_state()
@@ -172,70 +173,16 @@ def _rng_state() -> dict[str, Any]:
     return state
 
 
-def _set_rng_state(state: Mapping[str, Any]) -> None:
+def set_rng_state(state: Mapping[str, Any]) -> None:
     import numpy as np
 
     torch.set_rng_state(state["torch"])
-    random.setstate(_tuples(state["python"]))
+    version, internal, gauss = state["python"]  # a round trip may turn the tuples into lists
+    random.setstate((version, tuple(internal), gauss))
     name, keys, *rest = state["numpy"]
     np.random.set_state((name, keys.numpy().astype("uint32"), *rest))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def _tuples(x: Any) -> Any:
-    """``random.setstate`` wants tuples; a round trip may give lists."""
-    return tuple(_tuples(v) for v in x) if isinstance(x, list | tuple) else x
-
-
-def trainer_state(t: RLTrainer) -> dict[str, Any]:
-    """Everything that determines the rest of a run, as plain tensors and containers."""
-    return {
-        "policy": t.policy.state_dict(),
-        "optimizer": t.opt.state_dict(),
-        "critic": None if t.critic is None else t.critic.state_dict(),
-        "critic_optimizer": None if t.critic is None else t.critic_opt.state_dict(),
-        "reference_fingerprint": _fingerprint(t.reference),
-        "rng": _rng_state(),
-        "stream": {
-            "rng": t.stream.rng.getstate(),
-            "order": list(t.stream.order),
-            "taken": t.stream.taken,
-        },
-        "meter": t.meter.state_dict(),
-        "step": t.step,
-        "skipped": t.skipped,
-        "consecutive_skips": t._consecutive_skips,
-        "eval_idx": t._eval_idx,
-        "step_cost": t._step_cost,
-        "evals": [(f, dataclasses.asdict(r)) for f, r in t.evals],
-    }
-
-
-def load_trainer_state(t: RLTrainer, s: Mapping[str, Any]) -> None:
-    from benchmarks.evaluation.evaluate import EvalResult
-
-    ref = _fingerprint(t.reference)
-    if abs(ref - s["reference_fingerprint"]) > 1e-9 * max(1.0, abs(ref)):
-        raise RuntimeError(
-            "checkpoint: the reference model differs from the one the run started with "
-            f"(fingerprint {ref!r} != {s['reference_fingerprint']!r}); was the warm-start cache "
-            "changed? Resume with the same cache_dir, or start afresh (resume=never)"
-        )
-    t.policy.load_state_dict(s["policy"])
-    t.opt.load_state_dict(s["optimizer"])
-    if t.critic is not None:
-        t.critic.load_state_dict(s["critic"])
-        t.critic_opt.load_state_dict(s["critic_optimizer"])
-    _set_rng_state(s["rng"])
-    t.stream.rng.setstate(_tuples(s["stream"]["rng"]))
-    t.stream.order = list(s["stream"]["order"])
-    t.stream.taken = s["stream"]["taken"]
-    t.meter.load_state_dict(s["meter"])
-    t.step, t.skipped = s["step"], s["skipped"]
-    t._consecutive_skips, t._eval_idx = s["consecutive_skips"], s["eval_idx"]
-    t._step_cost = s["step_cost"]
-    t.evals = [(f, EvalResult(**r)) for f, r in s["evals"]]
 
 
 class Checkpointer:
@@ -282,7 +229,7 @@ class Checkpointer:
         self._state = state
         return state
 
-    def already_logged(self, client) -> Counter:  # noqa: ANN001
+    def already_logged(self, client: MlflowClient) -> Counter:
         """Points of the run logged after the checkpoint (all of them if there is none): the
         resumed run recomputes those steps and must not log them again."""
         state = self.load()
@@ -295,7 +242,10 @@ class Checkpointer:
         return +counts
 
     def restore(self, trainer: RLTrainer, state: Mapping[str, Any]) -> None:
-        load_trainer_state(trainer, state["trainer"])
+        saved = dict(state["trainer"])
+        rng = saved.pop("rng")
+        trainer.load_state_dict(saved)
+        set_rng_state(rng)
         self._state = None  # free the memory
         if self.tracker is not None:
             self.tracker.step = trainer.step
@@ -322,7 +272,7 @@ class Checkpointer:
         state = {
             "version": _VERSION,
             "meta": self.meta,
-            "trainer": trainer_state(trainer),
+            "trainer": {**trainer.state_dict(), "rng": rng_state()},
             "logged_at_step": dict(self.tracker.at_step) if self.tracker is not None else {},
         }
         # Metrics are logged asynchronously: the points up to this step must be in the store

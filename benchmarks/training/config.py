@@ -1,51 +1,73 @@
 """``TrainerConfig``: the settings every algorithm of a suite shares (the ``trainer`` config node).
 
-Its defaults are those of ``benchmarks/conf/config.yaml``, the one place a user reads them; the
-dataclass's own defaults serve code that builds a trainer directly (tests, the bench), and
-``__post_init__`` rejects bad values naming the ``trainer.<field>``.
+Its defaults have one home, the ``trainer`` node of ``benchmarks/conf/config.yaml``: that is
+where a user reads them and overrides them (``sppo-bench run trainer.grad_clip=0.5``), and where
+a suite, a sweep or a verl translation gets every value from. The dataclass holds no default of
+its own that could drift from it: a field left out of ``TrainerConfig(...)`` (tests, the bench
+build one from a few fields) takes the value a plain ``sppo-bench run`` composes, read once per
+process. The learning rates are per algorithm (``algorithm/<name>.yaml``), so they are not in
+that node; the suite passes them. ``__post_init__`` rejects bad values naming the
+``trainer.<field>``.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from algorithms import ConfigError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TrainerConfig"]
+__all__ = ["TrainerConfig", "trainer_defaults"]
+
+
+@functools.cache
+def trainer_defaults() -> dict[str, Any]:
+    """The ``trainer`` node of the config a plain ``sppo-bench run`` composes, resolved
+    (``max_new_tokens`` follows the default task's)."""
+    from omegaconf import OmegaConf
+
+    from benchmarks.config import compose_config
+
+    return OmegaConf.to_container(compose_config().trainer, resolve=True)  # type: ignore[return-value]
+
+
+def _yaml(key: str) -> Any:
+    """A field whose default is ``trainer.<key>`` of the default config."""
+    return field(default_factory=lambda: trainer_defaults()[key])
 
 
 @dataclass(frozen=True)
 class TrainerConfig:
-    """Settings shared by every algorithm of a suite (the ``trainer`` config node)."""
+    """Settings shared by every algorithm of a suite (the ``trainer`` config node; the comments
+    on each default are in config.yaml)."""
 
-    samples_per_step: int = 64  # sampled responses per optimizer step, for every algorithm
+    samples_per_step: int = _yaml("samples_per_step")
+    #: ``algorithm.<name>.actor_lr``, which every algorithm's YAML sets; this default serves
+    #: code that builds a trainer without an algorithm node.
     actor_lr: float = 1e-4
-    critic_lr: float | None = None  # None: the algorithm's own (paper) default
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    mini_batches: int = 1  # optimizer steps per PPO epoch
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 32
-    eval_batch_size: int = 512
-    # Teacher-forced passes group rows by response length (at most this many groups of >= 32
-    # rows), each trimmed to its longest response: less padding, the same log-probs.
-    length_buckets: int = 4
-    eval_samples_logged: int = 64  # rows of the eval-sample table artifact
-    max_consecutive_skips: int = 5  # non-finite steps tolerated in a row
-    checkpoint_every: int = (
-        0  # steps between checkpoints (0: none; see benchmarks/training/checkpoint.py)
-    )
-    eval_k: int = 0  # > 0: also avg@k / pass@k with k samples per problem (final eval)
-    eval_k_every_checkpoint: bool = False  # ... and at every budget checkpoint
-    eval_k_problems: int | None = 200  # problems in the sampled evaluation (None: all)
-    eval_temperature: float = 0.6
-    # Prompt critics: held-out prompts in the final calibration table.
-    calibration_prompts: int = 200
-    calibration_samples: int = 8  # samples per prompt for the empirical success rate
+    #: ``algorithm.<name>.critic_lr``; None: the algorithm's own (paper) default.
+    critic_lr: float | None = None
+    weight_decay: float = _yaml("weight_decay")
+    grad_clip: float = _yaml("grad_clip")
+    mini_batches: int = _yaml("mini_batches")
+    temperature: float = _yaml("temperature")
+    top_p: float = _yaml("top_p")
+    max_new_tokens: int = _yaml("max_new_tokens")
+    eval_batch_size: int = _yaml("eval_batch_size")
+    length_buckets: int = _yaml("length_buckets")
+    eval_samples_logged: int = _yaml("eval_samples_logged")
+    max_consecutive_skips: int = _yaml("max_consecutive_skips")
+    checkpoint_every: int = _yaml("checkpoint_every")
+    eval_k: int = _yaml("eval_k")
+    eval_k_every_checkpoint: bool = _yaml("eval_k_every_checkpoint")
+    eval_k_problems: int | None = _yaml("eval_k_problems")
+    eval_temperature: float = _yaml("eval_temperature")
+    calibration_prompts: int = _yaml("calibration_prompts")
+    calibration_samples: int = _yaml("calibration_samples")
 
     def __post_init__(self) -> None:
         for name in (

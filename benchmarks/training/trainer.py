@@ -1,26 +1,27 @@
 """The native RL trainer: one (algorithm, seed) run under a compute budget.
 
-The loop is the same for every algorithm; everything that differs is asked of the registered
-:class:`algorithms.Algorithm` (samples per prompt, critic kind, reward shaping, batch filter,
-advantages, losses). Per step:
-
-    sample prompts -> rollout (n per prompt; refills for dynamic sampling) -> grade -> shape ->
-    filter -> old / reference log-probs and critic values -> advantages -> policy and critic
-    updates -> meter -> log -> evaluate when the budget crosses one of its fractions.
-
-Every algorithm sees the same prompt stream (a seeded permutation of the training set) and the
-same sampling parameters; each consumes it at its own rate (``samples_per_step / n`` prompts).
+A benchmark is only fair if the algorithms differ in nothing but the algorithm. So there is one
+loop, and everything that differs (samples per prompt, critic kind, reward shaping, batch
+filter, advantages, losses) is asked of the registered :class:`algorithms.Algorithm`. Every
+algorithm sees the same prompt stream (a seeded permutation of the training set) and the same
+sampling parameters, and each consumes it at its own rate (``samples_per_step / n`` prompts).
 Updates are sized in samples, not prompts, so every algorithm takes optimizer steps on batches of
 the same size and the budget buys all of them the same number of sampled responses.
+
+The budget is only comparable if it is counted the same way for everyone, so each phase of a
+step is timed and its analytic FLOPs are counted in the same statement (:meth:`ComputeMeter.phase`).
+A run is only reproducible if a killed one can continue exactly, so the trainer's whole state is
+one :meth:`RLTrainer.state_dict` and every sampling seed is a function of (seed, step).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -39,6 +40,8 @@ from benchmarks.training.config import TrainerConfig
 from benchmarks.training.modeling import ValueModel
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
     from benchmarks.training.checkpoint import Checkpointer
 log = logging.getLogger(__name__)
 
@@ -64,6 +67,15 @@ class PromptStream:
         self.taken += k
         return out
 
+    def state_dict(self) -> dict[str, Any]:
+        return {"rng": self.rng.getstate(), "order": list(self.order), "taken": self.taken}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        version, internal, gauss = state["rng"]  # a round trip may turn the tuples into lists
+        self.rng.setstate((version, tuple(internal), gauss))
+        self.order = list(state["order"])
+        self.taken = state["taken"]
+
 
 def rollout_logprob_mismatch(
     rollout_lp: torch.Tensor, trainer_lp: torch.Tensor, mask: torch.Tensor
@@ -84,13 +96,57 @@ def rollout_logprob_mismatch(
     }
 
 
+def _fingerprint(model: torch.nn.Module | None) -> float:
+    """A cheap identity of frozen weights (sum of |w| in float64)."""
+    if model is None:
+        return 0.0
+    return float(sum(p.detach().double().abs().sum() for p in model.parameters()))
+
+
 @dataclass
 class _Batch:
+    """Sampled responses and their rewards, row-aligned."""
+
     rollout: Rollout
     rewards: torch.Tensor  # (B,) shaped
     scores: torch.Tensor  # (B,) raw outcome
     group_ids: torch.Tensor  # (B,)
     baseline: torch.Tensor | None  # (B,) greedy reward (ReMax)
+
+    def select(self, idx: torch.Tensor) -> _Batch:
+        return _Batch(
+            self.rollout.select(idx),
+            self.rewards[idx],
+            self.scores[idx],
+            self.group_ids[idx],
+            None if self.baseline is None else self.baseline[idx],
+        )
+
+    @staticmethod
+    def cat(parts: Sequence[_Batch], pad_id: int) -> _Batch:
+        return _Batch(
+            Rollout.cat([b.rollout for b in parts], pad_id),
+            torch.cat([b.rewards for b in parts]),
+            torch.cat([b.scores for b in parts]),
+            torch.cat([b.group_ids for b in parts]),
+            None if parts[0].baseline is None else torch.cat([b.baseline for b in parts]),
+        )
+
+
+@dataclass
+class _Drawn:
+    """One generation batch after the reward phase: the rows the filter kept (None: none), and
+    what the step's metrics count over every row drawn."""
+
+    kept: _Batch | None
+    scores: torch.Tensor  # (rows,) outcome scores of every row
+    lengths: torch.Tensor  # (rows,) response lengths of every row
+    timeouts: int
+    errors: int
+
+    @property
+    def n_kept(self) -> int:
+        return 0 if self.kept is None else len(self.kept.rewards)
 
 
 class RLTrainer:
@@ -101,7 +157,7 @@ class RLTrainer:
         *,
         algorithm: Algorithm,
         policy: torch.nn.Module,
-        tokenizer,  # noqa: ANN001 - HF tokenizer
+        tokenizer: PreTrainedTokenizerBase,
         task: Task,
         engine_factory: Callable[[torch.nn.Module], RolloutEngine],
         budget: Budget,
@@ -160,21 +216,6 @@ class RLTrainer:
         self._step_cost = 0.0
         self.checkpointer = checkpointer
 
-    # ------------------------------------------------------------------ budget
-
-    def _gen_cost(self) -> float:
-        """Worst-case budget cost of one generation batch (before it runs)."""
-        k, cfg = self.budget.kind, self.cfg
-        extra = 1.0 / self.alg.samples_per_prompt if self.alg.needs_greedy_baseline else 0.0
-        if k == "samples":
-            return cfg.samples_per_step * (1 + extra)
-        if k == "rollout_tokens":
-            return cfg.samples_per_step * (1 + extra) * cfg.max_new_tokens
-        return self._step_cost  # flops / wall_s: the largest step seen so far
-
-    def _fits(self) -> bool:
-        return self.budget.spent(self.meter) + self._gen_cost() <= self.budget.limit * (1 + 1e-9)
-
     # ------------------------------------------------------------------ main loop
 
     def train(self) -> list[tuple[float, EvalResult]]:
@@ -191,7 +232,7 @@ class RLTrainer:
                 self._log(first)
             while self._fits():
                 before = self.budget.spent(self.meter)
-                stats = self._train_step()
+                stats = self.train_step()
                 self._step_cost = max(self._step_cost, self.budget.spent(self.meter) - before)
                 self.step += 1
                 self._log({**stats, **self._maybe_eval(last=not self._fits())})
@@ -202,6 +243,372 @@ class RLTrainer:
         finally:
             self.meter.memory.stop()
         return self.evals
+
+    def train_step(self) -> dict[str, float]:
+        """One optimizer step at ``self.step``, phase by phase; returns the step's metrics.
+        The caller advances ``self.step`` (:meth:`train` does, after its bookkeeping)."""
+        alg, meter = self.alg, self.meter
+
+        # rollout, reward: generate, grade, shape and filter; dynamic sampling (DAPO) refills
+        # the batch with more generation batches until enough rows are kept.
+        drawn: list[_Drawn] = []
+        while self._draw_more(drawn):
+            problems = self.stream.take(self.cfg.samples_per_step // alg.samples_per_prompt)
+            ro, greedy = self._rollout(problems, gen=len(drawn))
+            drawn.append(self._reward(problems, ro, greedy, gen=len(drawn)))
+        batch, stats = self._kept_batch(drawn)
+        if batch is None:
+            log.info("step %d: every group was filtered out; no update", self.step)
+            return stats
+        ro, mask = batch.rollout, batch.rollout.response_mask
+
+        with torch.no_grad():
+            # logprob: the sampling policy's log-probs, the ratio's denominator. On-policy, the
+            # update's own forward gives the same numbers (detached), so the pass is skipped.
+            old_lp = None
+            if not self._on_policy():
+                with meter.phase("logprob", flops=self._seq_flops(self.fm, ro)):
+                    old_lp = self._teacher_forced(self.policy, ro)
+                stats.update(rollout_logprob_mismatch(ro.log_probs, old_lp, mask))
+            # reference: the frozen start's log-probs, for the KL term.
+            ref_lp = None
+            if self.reference is not None:
+                with meter.phase("reference", flops=self._seq_flops(self.fm, ro)):
+                    ref_lp = self._teacher_forced(self.reference, ro)
+            # critic: values before the update (baselines, GAE, value clipping).
+            values = None
+            if self.critic is not None:
+                with meter.phase("critic", flops=self._critic_flops(ro)):
+                    values = self._critic_values(ro)
+
+        # advantages
+        token_kl = (old_lp - ref_lp) * mask if (alg.kl_in_reward and ref_lp is not None) else None
+        adv, returns = alg.advantages(
+            batch.rewards,
+            mask,
+            batch.group_ids,
+            values=values,
+            baseline_rewards=batch.baseline,
+            token_kl=token_kl,
+        )
+
+        # update: PPO epochs over mini-batches, each a critic step then an actor step.
+        stats.update(self._update(batch, old_lp, ref_lp, adv, returns, values))
+        with meter.phase("rollout"):
+            self.engine.sync_weights()  # the next rollout samples from the updated policy
+        return stats
+
+    # ------------------------------------------------------------------ the step's phases
+
+    def _draw_more(self, drawn: Sequence[_Drawn]) -> bool:
+        """Another generation batch? The first always; refills while fewer than
+        ``samples_per_step`` rows are kept, up to ``max_gen_batches`` and where the budget
+        allows."""
+        if len(drawn) >= self.alg.max_gen_batches:
+            return False
+        if sum(d.n_kept for d in drawn) >= self.cfg.samples_per_step:
+            return False
+        return not drawn or self._fits()
+
+    def _rollout(self, problems: Sequence[TaskProblem], gen: int) -> tuple[Rollout, Rollout | None]:
+        """``n`` sampled responses per prompt, and ReMax's greedy one. The seed is a function of
+        (seed, step, generation batch): a resumed step samples exactly what it did before."""
+        cfg, meter = self.cfg, self.meter
+        n = self.alg.samples_per_prompt
+        seed = (self.seed * 1_000_003 + self.step * 1009 + gen) % 2**63
+        # FLOPs follow the lengths sampled: counted once the phase has run (``lambda``).
+        with meter.phase("rollout", flops=lambda: self._meter_rollout(ro)):
+            ro = self.engine.generate(
+                [p.prompt for p in problems for _ in range(n)],
+                temperature=cfg.temperature,
+                top_p=cfg.top_p,
+                max_new_tokens=cfg.max_new_tokens,
+                seed=seed,
+            )
+        greedy = None
+        if self.alg.needs_greedy_baseline:
+            with meter.phase("rollout", flops=lambda: self._meter_rollout(greedy)):
+                greedy = self.engine.generate(
+                    [p.prompt for p in problems],
+                    temperature=0.0,
+                    top_p=1.0,
+                    max_new_tokens=cfg.max_new_tokens,
+                    seed=seed,
+                )
+        meter.prompts += len(problems)
+        return ro, greedy
+
+    def _meter_rollout(self, ro: Rollout) -> float:
+        """Count a finished rollout's samples and tokens; return its FLOPs."""
+        lengths = ro.lengths.tolist()
+        plens = ro.prompt_mask.sum(-1).long().tolist()
+        self.meter.samples += len(lengths)
+        self.meter.rollout_tokens += int(sum(lengths))
+        return sum(self.fm.generate(p, r) for p, r in zip(plens, lengths, strict=True))
+
+    def _reward(
+        self, problems: Sequence[TaskProblem], ro: Rollout, greedy: Rollout | None, gen: int
+    ) -> _Drawn:
+        """Grade (the reward phase), shape, and keep the groups the algorithm's filter keeps."""
+        alg = self.alg
+        n = alg.samples_per_prompt
+        with self.meter.phase("reward"):
+            g = self.task.grade(ro.texts, [p for p in problems for _ in range(n)])
+            timeouts, errors = g.timeouts, g.errors
+            baseline = None
+            if greedy is not None:
+                gb = self.task.grade(greedy.texts, problems)
+                baseline = torch.tensor(gb.scores).repeat_interleave(n)
+                timeouts, errors = timeouts + gb.timeouts, errors + gb.errors
+        scores = torch.tensor(g.scores, dtype=torch.float32)
+        shaped = alg.shape_rewards(scores, ro.lengths)
+        group_ids = torch.arange(len(problems)).repeat_interleave(n) + gen * len(problems)
+        # Filter on the outcome score (verl's `filter_groups.metric=acc`): shaped rewards with a
+        # length penalty almost never tie, so a zero-variance test on them would keep everything.
+        keep = alg.filter_groups(scores, group_ids)
+        kept = None
+        if keep.any():
+            kept = _Batch(ro, shaped, scores, group_ids, baseline).select(
+                keep.nonzero().squeeze(-1)
+            )
+        return _Drawn(kept, scores, ro.lengths.float(), timeouts, errors)
+
+    def _kept_batch(self, drawn: Sequence[_Drawn]) -> tuple[_Batch | None, dict[str, float]]:
+        """The kept rows of every generation batch, cut to ``samples_per_step`` (whole groups,
+        as verl's dynamic sampling keeps), and the rollout's metrics."""
+        scores = torch.cat([d.scores for d in drawn])
+        n_kept = sum(d.n_kept for d in drawn)
+        stats = {
+            M.TRAIN_SCORE_MEAN: float(scores.mean()),
+            M.TRAIN_RESPONSE_LENGTH: float(torch.cat([d.lengths for d in drawn]).mean()),
+            M.TRAIN_GEN_BATCHES: float(len(drawn)),
+            M.TRAIN_KEPT_FRACTION: n_kept / max(1, len(scores)),
+            M.GRADER_TIMEOUTS: float(sum(d.timeouts for d in drawn)),
+            M.GRADER_ERRORS: float(sum(d.errors for d in drawn)),
+        }
+        kept = [d.kept for d in drawn if d.kept is not None]
+        if not kept:
+            return None, stats
+        batch = _Batch.cat(kept, self.tok.pad_token_id)
+        if n_kept > self.cfg.samples_per_step:
+            batch = batch.select(torch.arange(self.cfg.samples_per_step))
+        stats[M.TRAIN_REWARD_MEAN] = float(batch.rewards.mean())
+        return batch, stats
+
+    def _on_policy(self) -> bool:
+        """One epoch of one mini-batch, no KL in the reward: the policy the update differentiates
+        is exactly the one that produced the batch, so the old log-probs equal the update's own
+        forward (detached) and a separate old-log-prob pass would recompute the same numbers."""
+        return (
+            self.skip_old_logprob
+            and self.alg.ppo_epochs == 1
+            and self.cfg.mini_batches == 1
+            and not self.alg.kl_in_reward
+        )
+
+    def _teacher_forced(self, model: torch.nn.Module, ro: Rollout) -> torch.Tensor:
+        """``model``'s log-probs of the sampled responses (the old-policy and reference passes)."""
+        lp, _ = bucketed_logprobs(
+            model,
+            ro.prompt_ids,
+            ro.prompt_mask,
+            ro.response_ids,
+            ro.response_mask,
+            self.cfg.temperature,
+            buckets=self.cfg.length_buckets,
+        )
+        return lp
+
+    def _critic_values(self, ro: Rollout) -> torch.Tensor:
+        """Token critic: (B, T) values before each response token. Prompt critic: (B,) logit at
+        the last prompt token (prompts are left-padded, so that is the last prompt column)."""
+        assert self.critic is not None
+        if self.alg.critic == "prompt":
+            mask = ro.prompt_mask.long()
+            pos = (mask.cumsum(-1) - 1).clamp(min=0)
+            return self.critic(ro.prompt_ids, mask, pos)[:, -1]
+        critic = self.critic
+        if supports_backbone(critic.backbone):  # Llama: the policy's fast teacher-forced path
+
+            def values(
+                pi: torch.Tensor, pm: torch.Tensor, ri: torch.Tensor, rm: torch.Tensor
+            ) -> tuple[torch.Tensor]:
+                return (critic.head(prefix_hidden(critic.backbone, pi, pm, ri)).squeeze(-1),)
+
+            (v,) = by_length(
+                values,
+                ro.prompt_ids,
+                ro.prompt_mask,
+                ro.response_ids,
+                ro.response_mask,
+                self.cfg.length_buckets,
+            )
+            return v
+        ids, mask, pos = sequence_inputs(
+            ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.response_mask
+        )
+        P, T = ro.prompt_ids.shape[1], ro.response_ids.shape[1]
+        return critic(ids, mask, pos)[:, P - 1 : P - 1 + T]
+
+    def _update(
+        self,
+        batch: _Batch,
+        old_lp: torch.Tensor | None,
+        ref_lp: torch.Tensor | None,
+        adv: torch.Tensor,
+        returns: torch.Tensor | None,
+        old_values: torch.Tensor | None,
+    ) -> dict[str, float]:
+        """PPO epochs over shuffled mini-batches, each a critic step then an actor step (the
+        actor waits ``critic_warmup_steps``); returns the mean of each step's metrics. A
+        non-finite loss or gradient norm skips its optimizer step and counts the update as
+        skipped (see :meth:`_count_skip`)."""
+        alg, cfg = self.alg, self.cfg
+        ro = batch.rollout
+        B = ro.response_ids.shape[0]
+        mb = max(1, B // cfg.mini_batches)
+        gen = torch.Generator().manual_seed(self.seed * 7919 + self.step)
+        acc: dict[str, list[float]] = {}
+        train_actor = self.step >= alg.critic_warmup_steps
+        nonfinite = None
+        for _epoch in range(alg.ppo_epochs):
+            order = torch.randperm(B, generator=gen)
+            for i in range(0, B, mb):
+                idx = order[i : i + mb]
+                sub = ro.select(idx)
+                if self.critic is not None:
+                    old_v = None if old_values is None else old_values[idx]
+                    vm, failed = self._critic_update(sub, returns[idx], old_v)
+                    nonfinite = failed or nonfinite
+                    for k, val in vm.items():
+                        acc.setdefault(k, []).append(val)
+                if not train_actor:
+                    continue
+                old = None if old_lp is None else old_lp[idx]
+                ref = None if ref_lp is None else ref_lp[idx]
+                pm, failed = self._actor_update(sub, old, ref, adv[idx])
+                nonfinite = failed or nonfinite
+                for k, val in pm.items():
+                    acc.setdefault(k, []).append(val)
+        self._count_skip(nonfinite)
+        out = {k: sum(v) / len(v) for k, v in acc.items()}
+        out[M.TRAIN_SKIPPED_STEPS] = float(self.skipped)
+        return out
+
+    def _critic_update(
+        self, sub: Rollout, returns: torch.Tensor, old_values: torch.Tensor | None
+    ) -> tuple[dict[str, float], str | None]:
+        """One critic optimizer step; returns its metrics and what was non-finite, if anything."""
+        assert self.critic is not None
+        failed = None
+        with self.meter.phase("critic", flops=3 * self._critic_flops(sub)):  # forward + backward
+            v = self._critic_values(sub)
+            vloss, vm = self.alg.value_loss(v, returns, sub.response_mask, old_values)
+            if torch.isfinite(vloss):
+                self.critic_opt.zero_grad(set_to_none=True)
+                vloss.backward()
+                gn = torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.cfg.grad_clip)
+                if torch.isfinite(gn):
+                    self.critic_opt.step()
+                    vm[M.CRITIC_GRAD_NORM] = float(gn)
+                else:
+                    failed = "critic gradient norm"
+            else:
+                failed = "critic loss"
+        return vm, failed
+
+    def _actor_update(
+        self,
+        sub: Rollout,
+        old_lp: torch.Tensor | None,
+        ref_lp: torch.Tensor | None,
+        adv: torch.Tensor,
+    ) -> tuple[dict[str, float], str | None]:
+        """One policy optimizer step (``old_lp`` None: on-policy, this forward is the trainer's
+        log-prob pass); returns its metrics and what was non-finite, if anything."""
+        alg, cfg = self.alg, self.cfg
+        m = sub.response_mask
+        failed = None
+        with self.meter.phase("update", flops=3 * self._seq_flops(self.fm, sub)):
+            lp, ent = bucketed_logprobs(
+                self.policy,
+                sub.prompt_ids,
+                sub.prompt_mask,
+                sub.response_ids,
+                m,
+                cfg.temperature,
+                with_entropy=True,
+                buckets=cfg.length_buckets,
+            )
+            old = lp.detach() if old_lp is None else old_lp
+            loss, pm = alg.policy_loss(lp, old, adv, m, ref_lp)
+            if old_lp is None:
+                pm.update(rollout_logprob_mismatch(sub.log_probs, old, m))
+            if faults.active("nan_loss", alg.name, self.step):  # tests only
+                loss = loss * float("nan")
+            if torch.isfinite(loss):
+                self.opt.zero_grad(set_to_none=True)
+                loss.backward()
+                gn = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.grad_clip)
+                if torch.isfinite(gn):
+                    self.opt.step()
+                    pm[M.TRAIN_GRAD_NORM] = float(gn)
+                else:
+                    failed = "policy gradient norm"
+            else:
+                failed = "policy loss"
+            pm[M.TRAIN_ENTROPY] = float((ent.detach() * m).sum() / m.sum().clamp(min=1))
+        return pm, failed
+
+    def _count_skip(self, nonfinite: str | None) -> None:
+        """Count a step whose update met a non-finite value; too many in a row fail the run."""
+        if nonfinite is None:
+            self._consecutive_skips = 0
+            return
+        self.skipped += 1
+        self._consecutive_skips += 1
+        log.warning("step %d: non-finite %s; update skipped", self.step, nonfinite)
+        if self._consecutive_skips >= self.cfg.max_consecutive_skips:
+            raise FloatingPointError(
+                f"{self.alg.name}: {self._consecutive_skips} consecutive steps with non-finite "
+                f"{nonfinite} (last at step {self.step})"
+            )
+
+    def _seq_flops(
+        self, fm: FlopModel, ro: Rollout, *, head: bool = True, prompt_only: bool = False
+    ) -> float:
+        """FLOPs of one teacher-forced forward over the rollout (x3 with its backward)."""
+        plens = ro.prompt_mask.sum(-1).long().tolist()
+        rlens = ro.lengths.tolist()
+        if prompt_only:
+            return float(sum(fm.forward(p, 0, logits=1, head=False) for p in plens))
+        return float(
+            sum(
+                fm.forward(p + r, 0, logits=r, head=head) for p, r in zip(plens, rlens, strict=True)
+            )
+        )
+
+    def _critic_flops(self, ro: Rollout) -> float:
+        return self._seq_flops(
+            self.critic_fm, ro, head=False, prompt_only=self.alg.critic == "prompt"
+        )
+
+    # ------------------------------------------------------------------ budget
+
+    def _gen_cost(self) -> float:
+        """Worst-case budget cost of one generation batch (before it runs)."""
+        k, cfg = self.budget.kind, self.cfg
+        extra = 1.0 / self.alg.samples_per_prompt if self.alg.needs_greedy_baseline else 0.0
+        if k == "samples":
+            return cfg.samples_per_step * (1 + extra)
+        if k == "rollout_tokens":
+            return cfg.samples_per_step * (1 + extra) * cfg.max_new_tokens
+        return self._step_cost  # flops / wall_s: the largest step seen so far
+
+    def _fits(self) -> bool:
+        return self.budget.spent(self.meter) + self._gen_cost() <= self.budget.limit * (1 + 1e-9)
+
+    # ------------------------------------------------------------------ evaluation
 
     def _maybe_eval(self, force_first: bool = False, last: bool = False) -> dict[str, float]:
         """Evaluate if the budget crossed an eval fraction (or this is the ``last`` step: the
@@ -333,316 +740,51 @@ class RLTrainer:
             "critic_calibration.json",
         )
 
-    # ------------------------------------------------------------------ one step
+    # ------------------------------------------------------------------ state and logging
 
-    def _collect(self) -> tuple[_Batch | None, dict[str, float]]:
-        """Generate, grade, shape and filter until a full batch is kept (dynamic sampling)."""
-        alg, cfg = self.alg, self.cfg
-        n = alg.samples_per_prompt
-        per_gen = cfg.samples_per_step // n
-        kept: list[_Batch] = []
-        n_kept = gen_batches = 0
-        scores_all: list[torch.Tensor] = []
-        lengths_all: list[torch.Tensor] = []
-        timeouts = errors = 0
-        while gen_batches < alg.max_gen_batches and n_kept < cfg.samples_per_step:
-            if gen_batches > 0 and not self._fits():
-                break  # refills stop where the budget does
-            problems = self.stream.take(per_gen)
-            prompts = [p.prompt for p in problems for _ in range(n)]
-            seq_problems = [p for p in problems for _ in range(n)]
-            gen_seed = (self.seed * 1_000_003 + self.step * 1009 + gen_batches) % 2**63
-            with self.meter.phase("rollout"):
-                ro = self.engine.generate(
-                    prompts,
-                    temperature=cfg.temperature,
-                    top_p=cfg.top_p,
-                    max_new_tokens=cfg.max_new_tokens,
-                    seed=gen_seed,
-                )
-                greedy = None
-                if alg.needs_greedy_baseline:
-                    greedy = self.engine.generate(
-                        [p.prompt for p in problems],
-                        temperature=0.0,
-                        top_p=1.0,
-                        max_new_tokens=cfg.max_new_tokens,
-                        seed=gen_seed,
-                    )
-            self._meter_rollout(ro)
-            if greedy is not None:
-                self._meter_rollout(greedy, prompts=0)
-            self.meter.prompts += per_gen
-            with self.meter.phase("reward"):
-                g = self.task.grade(ro.texts, seq_problems)
-                baseline = None
-                if greedy is not None:
-                    gb = self.task.grade(greedy.texts, problems)
-                    baseline = torch.tensor(gb.scores).repeat_interleave(n)
-                    timeouts += gb.timeouts
-                    errors += gb.errors
-            timeouts += g.timeouts
-            errors += g.errors
-            scores = torch.tensor(g.scores, dtype=torch.float32)
-            shaped = alg.shape_rewards(scores, ro.lengths)
-            group_ids = torch.arange(per_gen).repeat_interleave(n) + gen_batches * per_gen
-            # Filter on the outcome score (verl's `filter_groups.metric=acc`): shaped rewards with a
-            # length penalty almost never tie, so a zero-variance test on them would keep everything.
-            keep = alg.filter_groups(scores, group_ids)
-            scores_all.append(scores)
-            lengths_all.append(ro.lengths.float())
-            gen_batches += 1
-            if keep.any():
-                idx = keep.nonzero().squeeze(-1)
-                kept.append(
-                    _Batch(
-                        ro.select(idx),
-                        shaped[idx],
-                        scores[idx],
-                        group_ids[idx],
-                        None if baseline is None else baseline[idx],
-                    )
-                )
-                n_kept += int(keep.sum())
-        scores_cat = torch.cat(scores_all)
-        stats = {
-            M.TRAIN_SCORE_MEAN: float(scores_cat.mean()),
-            M.TRAIN_RESPONSE_LENGTH: float(torch.cat(lengths_all).mean()),
-            M.TRAIN_GEN_BATCHES: float(gen_batches),
-            M.TRAIN_KEPT_FRACTION: n_kept / max(1, len(scores_cat)),
-            M.GRADER_TIMEOUTS: float(timeouts),
-            M.GRADER_ERRORS: float(errors),
+    def state_dict(self) -> dict[str, Any]:
+        """Everything that decides the rest of the run, as tensors and plain containers, but the
+        process-wide random generators (a checkpoint saves those with it): weights, optimizers,
+        the prompt stream, the meter, the counters and the evaluations so far. The frozen
+        reference is rebuilt by whoever builds the trainer; only its fingerprint is kept, to
+        check. Like torch's, the tensors are the live ones: save or copy them before training
+        on."""
+        return {
+            "policy": self.policy.state_dict(),
+            "optimizer": self.opt.state_dict(),
+            "critic": None if self.critic is None else self.critic.state_dict(),
+            "critic_optimizer": None if self.critic is None else self.critic_opt.state_dict(),
+            "reference_fingerprint": _fingerprint(self.reference),
+            "stream": self.stream.state_dict(),
+            "meter": self.meter.state_dict(),
+            "step": self.step,
+            "skipped": self.skipped,
+            "consecutive_skips": self._consecutive_skips,
+            "eval_idx": self._eval_idx,
+            "step_cost": self._step_cost,
+            "evals": [(f, dataclasses.asdict(r)) for f, r in self.evals],
         }
-        if not kept:
-            return None, stats
-        batch = _Batch(
-            Rollout.cat([b.rollout for b in kept], self.tok.pad_token_id),
-            torch.cat([b.rewards for b in kept]),
-            torch.cat([b.scores for b in kept]),
-            torch.cat([b.group_ids for b in kept]),
-            None if kept[0].baseline is None else torch.cat([b.baseline for b in kept]),
-        )
-        if n_kept > cfg.samples_per_step:  # keep whole groups, as verl's dynamic sampling does
-            batch = self._truncate(batch, cfg.samples_per_step)
-        stats[M.TRAIN_REWARD_MEAN] = float(batch.rewards.mean())
-        return batch, stats
 
-    @staticmethod
-    def _truncate(b: _Batch, size: int) -> _Batch:
-        idx = torch.arange(size)
-        return _Batch(
-            b.rollout.select(idx),
-            b.rewards[idx],
-            b.scores[idx],
-            b.group_ids[idx],
-            None if b.baseline is None else b.baseline[idx],
-        )
-
-    def _meter_rollout(self, ro: Rollout, prompts: int | None = None) -> None:
-        lengths = ro.lengths.tolist()
-        plens = ro.prompt_mask.sum(-1).long().tolist()
-        self.meter.samples += len(lengths)
-        self.meter.rollout_tokens += int(sum(lengths))
-        self.meter.add_flops(
-            "rollout", sum(self.fm.generate(p, r) for p, r in zip(plens, lengths, strict=True))
-        )
-
-    def _seq_flops(
-        self, fm: FlopModel, ro: Rollout, *, head: bool = True, prompt_only: bool = False
-    ) -> float:
-        plens = ro.prompt_mask.sum(-1).long().tolist()
-        rlens = ro.lengths.tolist()
-        if prompt_only:
-            return float(sum(fm.forward(p, 0, logits=1, head=False) for p in plens))
-        return float(
-            sum(
-                fm.forward(p + r, 0, logits=r, head=head) for p, r in zip(plens, rlens, strict=True)
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from :meth:`state_dict`'s ``state`` (a trainer built as the saved one was)."""
+        ref, saved = _fingerprint(self.reference), state["reference_fingerprint"]
+        if abs(ref - saved) > 1e-9 * max(1.0, abs(ref)):
+            raise RuntimeError(
+                "checkpoint: the reference model differs from the one the run started with "
+                f"(fingerprint {ref!r} != {saved!r}); was the warm-start cache changed? Resume "
+                "with the same cache_dir, or start afresh (resume=never)"
             )
-        )
-
-    def _critic_values(self, ro: Rollout) -> torch.Tensor:
-        """Token critic: (B, T) values before each response token. Prompt critic: (B,) logit at
-        the last prompt token (prompts are left-padded, so that is the last prompt column)."""
-        assert self.critic is not None
-        if self.alg.critic == "prompt":
-            mask = ro.prompt_mask.long()
-            pos = (mask.cumsum(-1) - 1).clamp(min=0)
-            return self.critic(ro.prompt_ids, mask, pos)[:, -1]
-        critic = self.critic
-        if supports_backbone(critic.backbone):  # Llama: the policy's fast teacher-forced path
-
-            def values(pi, pm, ri, rm):  # noqa: ANN001, ANN202
-                return (critic.head(prefix_hidden(critic.backbone, pi, pm, ri)).squeeze(-1),)
-
-            (v,) = by_length(
-                values,
-                ro.prompt_ids,
-                ro.prompt_mask,
-                ro.response_ids,
-                ro.response_mask,
-                self.cfg.length_buckets,
-            )
-            return v
-        ids, mask, pos = sequence_inputs(
-            ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.response_mask
-        )
-        P, T = ro.prompt_ids.shape[1], ro.response_ids.shape[1]
-        return critic(ids, mask, pos)[:, P - 1 : P - 1 + T]
-
-    def _train_step(self) -> dict[str, float]:
-        alg = self.alg
-        batch, stats = self._collect()
-        if batch is None:
-            log.info("step %d: every group was filtered out; no update", self.step)
-            return stats
-        ro, mask = batch.rollout, batch.rollout.response_mask
-        with torch.no_grad():
-            old_lp = None  # on-policy: the update uses its own log-probs, detached (ratio 1)
-            if not self._on_policy():
-                with self.meter.phase("logprob"):
-                    old_lp = self._teacher_forced(self.policy, ro)
-                self.meter.add_flops("logprob", self._seq_flops(self.fm, ro))
-                stats.update(rollout_logprob_mismatch(ro.log_probs, old_lp, mask))
-            ref_lp = None
-            if self.reference is not None:
-                with self.meter.phase("reference"):
-                    ref_lp = self._teacher_forced(self.reference, ro)
-                self.meter.add_flops("reference", self._seq_flops(self.fm, ro))
-            values = None
-            if self.critic is not None:
-                with self.meter.phase("critic"):
-                    values = self._critic_values(ro)
-                self.meter.add_flops("critic", self._critic_flops(ro))
-        token_kl = (old_lp - ref_lp) * mask if (alg.kl_in_reward and ref_lp is not None) else None
-        adv, returns = alg.advantages(
-            batch.rewards,
-            mask,
-            batch.group_ids,
-            values=values,
-            baseline_rewards=batch.baseline,
-            token_kl=token_kl,
-        )
-        stats.update(self._update(batch, old_lp, ref_lp, adv, returns, values))
-        with self.meter.phase("rollout"):
-            self.engine.sync_weights()  # the next rollout samples from the updated policy
-        return stats
-
-    def _teacher_forced(self, model: torch.nn.Module, ro: Rollout) -> torch.Tensor:
-        """``model``'s log-probs of the sampled responses (the old-policy and reference passes)."""
-        lp, _ = bucketed_logprobs(
-            model,
-            ro.prompt_ids,
-            ro.prompt_mask,
-            ro.response_ids,
-            ro.response_mask,
-            self.cfg.temperature,
-            buckets=self.cfg.length_buckets,
-        )
-        return lp
-
-    def _on_policy(self) -> bool:
-        """One epoch of one mini-batch, no KL in the reward: the policy the update differentiates
-        is exactly the one that produced the batch, so the old log-probs equal the update's own
-        forward (detached) and a separate old-log-prob pass would recompute the same numbers."""
-        return (
-            self.skip_old_logprob
-            and self.alg.ppo_epochs == 1
-            and self.cfg.mini_batches == 1
-            and not self.alg.kl_in_reward
-        )
-
-    def _critic_flops(self, ro: Rollout) -> float:
-        return self._seq_flops(
-            self.critic_fm, ro, head=False, prompt_only=self.alg.critic == "prompt"
-        )
-
-    def _update(self, batch: _Batch, old_lp, ref_lp, adv, returns, old_values) -> dict[str, float]:  # noqa: ANN001
-        alg, cfg = self.alg, self.cfg
-        ro = batch.rollout
-        B = ro.response_ids.shape[0]
-        mb = max(1, B // cfg.mini_batches)
-        gen = torch.Generator().manual_seed(self.seed * 7919 + self.step)
-        acc: dict[str, list[float]] = {}
-        train_actor = self.step >= alg.critic_warmup_steps
-        nonfinite = None
-        for _epoch in range(alg.ppo_epochs):
-            order = torch.randperm(B, generator=gen)
-            for i in range(0, B, mb):
-                idx = order[i : i + mb]
-                sub = ro.select(idx)
-                m = sub.response_mask
-                if self.critic is not None:
-                    with self.meter.phase("critic"):
-                        v = self._critic_values(sub)
-                        vloss, vm = alg.value_loss(
-                            v, returns[idx], m, None if old_values is None else old_values[idx]
-                        )
-                        if torch.isfinite(vloss):
-                            self.critic_opt.zero_grad(set_to_none=True)
-                            vloss.backward()
-                            gn = torch.nn.utils.clip_grad_norm_(
-                                self.critic.parameters(), cfg.grad_clip
-                            )
-                            if torch.isfinite(gn):
-                                self.critic_opt.step()
-                                vm[M.CRITIC_GRAD_NORM] = float(gn)
-                            else:
-                                nonfinite = "critic gradient norm"
-                        else:
-                            nonfinite = "critic loss"
-                    self.meter.add_flops("critic", 3 * self._critic_flops(sub))
-                    for k, val in vm.items():
-                        acc.setdefault(k, []).append(val)
-                if not train_actor:
-                    continue
-                with self.meter.phase("update"):
-                    lp, ent = bucketed_logprobs(
-                        self.policy,
-                        sub.prompt_ids,
-                        sub.prompt_mask,
-                        sub.response_ids,
-                        m,
-                        cfg.temperature,
-                        with_entropy=True,
-                        buckets=cfg.length_buckets,
-                    )
-                    old = lp.detach() if old_lp is None else old_lp[idx]
-                    loss, pm = alg.policy_loss(
-                        lp, old, adv[idx], m, None if ref_lp is None else ref_lp[idx]
-                    )
-                    if old_lp is None:  # on-policy: this forward is the trainer's log-prob pass
-                        pm.update(rollout_logprob_mismatch(sub.log_probs, old, m))
-                    if faults.active("nan_loss", alg.name, self.step):  # tests only
-                        loss = loss * float("nan")
-                    if torch.isfinite(loss):
-                        self.opt.zero_grad(set_to_none=True)
-                        loss.backward()
-                        gn = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.grad_clip)
-                        if torch.isfinite(gn):
-                            self.opt.step()
-                            pm[M.TRAIN_GRAD_NORM] = float(gn)
-                        else:
-                            nonfinite = "policy gradient norm"
-                    else:
-                        nonfinite = "policy loss"
-                    pm[M.TRAIN_ENTROPY] = float((ent.detach() * m).sum() / m.sum().clamp(min=1))
-                self.meter.add_flops("update", 3 * self._seq_flops(self.fm, sub))
-                for k, val in pm.items():
-                    acc.setdefault(k, []).append(val)
-        if nonfinite is not None:
-            self.skipped += 1
-            self._consecutive_skips += 1
-            log.warning("step %d: non-finite %s; update skipped", self.step, nonfinite)
-            if self._consecutive_skips >= cfg.max_consecutive_skips:
-                raise FloatingPointError(
-                    f"{alg.name}: {self._consecutive_skips} consecutive steps with non-finite "
-                    f"{nonfinite} (last at step {self.step})"
-                )
-        else:
-            self._consecutive_skips = 0
-        out = {k: sum(v) / len(v) for k, v in acc.items()}
-        out[M.TRAIN_SKIPPED_STEPS] = float(self.skipped)
-        return out
+        self.policy.load_state_dict(state["policy"])
+        self.opt.load_state_dict(state["optimizer"])
+        if self.critic is not None:
+            self.critic.load_state_dict(state["critic"])
+            self.critic_opt.load_state_dict(state["critic_optimizer"])
+        self.stream.load_state_dict(state["stream"])
+        self.meter.load_state_dict(state["meter"])
+        self.step, self.skipped = state["step"], state["skipped"]
+        self._consecutive_skips = state["consecutive_skips"]
+        self._eval_idx, self._step_cost = state["eval_idx"], state["step_cost"]
+        self.evals = [(f, EvalResult(**r)) for f, r in state["evals"]]
 
     def _log(self, stats: dict[str, float]) -> None:
         m = {**stats, **self.meter.metrics()}

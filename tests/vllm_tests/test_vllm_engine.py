@@ -225,7 +225,7 @@ def test_after_a_training_step_vllm_greedy_equals_the_updated_policy(policy, tok
         prompt_seed=0,
         reference=copy.deepcopy(policy).requires_grad_(False),
     )
-    stats = trainer._train_step()
+    stats = trainer.train_step()
     assert stats[M.TRAIN_ROLLOUT_LOGPROB_DIFF_MEAN] < 1e-4
     v = trainer.engine.generate(prompts, **kw)
     t = TorchEngine(trainer.policy, tok).generate(prompts, **kw)
