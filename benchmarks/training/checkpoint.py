@@ -16,8 +16,8 @@ No gap, no duplicate in the metric history. Steps up to the checkpoint were logg
 was written. Steps after it may have been logged, wholly or partly, before the kill; on resume
 they are recomputed from the checkpoint (identical values: every generator is restored and the
 step's sampling seeds are functions of the step) and :class:`ResumableTracker` drops each point
-whose (key, step) is already in the run's history, counting multiplicity (the train and eval
-logs of one step share the compute keys). MLflow cannot delete metric points, so "skip what is
+whose (key, step) is already in the run's history, counting multiplicity (each (key, step) is
+logged once, but a history written before that rule may hold two). MLflow cannot delete metric points, so "skip what is
 already there" is the only way to make the history exactly that of an uninterrupted run.
 """
 
