@@ -60,7 +60,7 @@ def _cmd_run(overrides: list[str]) -> int:
                 raise ConfigError("engine=verl: suite.grid is not supported; run one point each")
             from benchmarks.verl_engine.launch import plans as verl_plans
 
-            verl_plans(cfg, plans[0])  # translation errors are configuration errors too
+            verl_plans(plans[0])  # translation errors are configuration errors too
         for plan in plans:  # validated once above; the run gets these plans, not the config
             preflight(plan)
     except PreflightError as e:
@@ -80,7 +80,7 @@ def _cmd_run(overrides: list[str]) -> int:
         if cfg.engine.name == "verl":
             from benchmarks.verl_engine.launch import run_verl_suite
 
-            return run_verl_suite(cfg, plans[0])
+            return run_verl_suite(plans[0])
         if grid:
             result = run_grid(cfg, [(v, plan) for (v, _), plan in zip(grid, plans, strict=True)])
         else:

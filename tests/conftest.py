@@ -7,29 +7,18 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-#: Suites in tests run in one process unless a test sets ``jobs`` (tests/test_workers.py): a
-#: spawned worker costs seconds of imports, more than a micro suite's runs.
-os.environ.setdefault("SPPO_BENCH_JOBS", "1")
-#: Real benchmark data (read-only) beside the repository, as CI lays it out.
-DATA_DIR = Path(os.environ.get("SPPO_BENCH_DATA", REPO.parent / "shared" / "data"))
+from testkit.paths import require_data
+from testkit.suites import MICRO
 
-#: A suite small enough for a test (< 60 s on 2 cores) that still exercises every phase.
-MICRO = [
-    "warmstart.phases=[{steps:40,direct_fraction:0.0},{steps:10,direct_fraction:0.6}]",
-    "warmstart.eval_every=50",
-    "seeds=1",
-    "warmstart.val_size=64",
-    "task.eval_size=200",
-    "trainer.samples_per_step=32",
-    "budget.limit=256",
-    "budget.eval_fractions=[0.0,0.5,1.0]",
-    "suite.report=false",
-    "algorithm.dapo.params.group_size=4",
-    # At most 3 x 32 samples per DAPO step (dynamic sampling refills): no step can cross 0.5 and
-    # 1.0 at once, so every algorithm is evaluated at every fraction whatever the draws.
-    "algorithm.dapo.params.max_gen_batches=3",
-]
+#: Suites in tests run in one process unless a test sets ``jobs`` (tests/suite/test_workers.py):
+#: a spawned worker costs seconds of imports, more than a micro suite's runs.
+os.environ.setdefault("SPPO_BENCH_JOBS", "1")
+
+
+@pytest.fixture
+def data_dir() -> Path:
+    """The real benchmark data; skipped without it, a failure under ``CI``."""
+    return require_data()
 
 
 @pytest.fixture(scope="module")

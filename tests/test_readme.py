@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from testkit.paths import REPO
 
 
 def test_readme_example_is_examples_dr_grpo():

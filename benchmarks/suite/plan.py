@@ -77,6 +77,9 @@ class SuitePlan:
     #: ``jobs`` as given (``auto`` or an integer); resolved against the runs at start.
     jobs: Any
     threads: int
+    #: Modules imported before validation (``plugins``): they may register algorithms or tasks,
+    #: and workers (and verl's Ray workers) import them again.
+    plugins: list[str]
     #: The whole resolved config: run params, the config hash, what a worker validates again.
     resolved: dict[str, Any]
 
@@ -231,6 +234,7 @@ def validate(cfg: Any) -> SuitePlan:
         resume=str(cfg.get("resume", "never")),
         jobs=cfg.get("jobs", 1),
         threads=int(cfg.threads),
+        plugins=[str(m) for m in cfg.get("plugins") or []],
         resolved=OmegaConf.to_container(cfg, resolve=True),  # type: ignore[arg-type]
     )
 

@@ -4,7 +4,7 @@ On the CPU the tiny model's matmuls gain little from a second intra-op thread, b
 runs use a second core fully: with ``jobs=2`` on a 2-core laptop the default suite takes a little
 over half its one-process time. Every run is a pure function of its config and seed (the trainer
 seeds torch's global generator itself, and the warm start is read from its cache), so a run's
-numbers do not depend on which process ran it or in which order (``tests/test_workers.py``).
+numbers do not depend on which process ran it or in which order (``tests/suite/test_workers.py``).
 
 The parent schedules two kinds of task: a seed's warm start, then, once it is cached, that seed's
 runs. Warm starts are queued first, so while one seed's runs train the next seed's warm start is
@@ -112,7 +112,7 @@ def _start_worker(plan: Any, level: int, q: Any) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     import torch
 
-    plugins = plan.resolved.get("plugins") or []
+    plugins = plan.plugins
     if plugins and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     for module in plugins:

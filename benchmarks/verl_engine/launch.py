@@ -23,8 +23,9 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
+from benchmarks.suite.plan import SuitePlan
 from benchmarks.telemetry import metrics as M
 from benchmarks.verl_engine.translate import VerlPlan, translate
 
@@ -33,37 +34,38 @@ __all__ = ["planned_files", "plans", "run_verl_suite"]
 log = logging.getLogger(__name__)
 
 
-def _data_dir(cfg: Any) -> Path:
-    return Path(cfg.engine.get("data_dir") or Path(cfg.output_dir) / "verl_data").resolve()
+def _data_dir(plan: SuitePlan) -> Path:
+    return Path(plan.engine.get("data_dir") or plan.output_dir / "verl_data").resolve()
 
 
-def planned_files(cfg: Any) -> tuple[str, list[str]]:
+def planned_files(plan: SuitePlan) -> tuple[str, list[str]]:
     """Where :func:`benchmarks.verl_engine.export.export_task` writes the task's files."""
-    d = _data_dir(cfg)
-    task = cfg.task
-    if task.name == "arith":
+    d = _data_dir(plan)
+    task = plan.task_node
+    if task["name"] == "arith":
         evals = [task.get("eval_name") or "arith"]
     else:
         evals = list(task.get("eval_datasets") or [task.name])
     return str(d / "train.parquet"), [str(d / f"{e}.parquet") for e in evals]
 
 
-def plans(cfg: Any, plan: Any, tracking: Callable[[str, int], dict[str, str]] | None = None):
+def plans(
+    plan: SuitePlan, tracking: Callable[[str, int], dict[str, str]] | None = None
+) -> list[tuple[int, str, VerlPlan]]:
     """``[(seed, name, VerlPlan)]`` for every (seed, algorithm) of a validated suite."""
-    train, vals = planned_files(cfg)
-    out_dir = str(Path(cfg.output_dir).resolve() / "verl")
+    train, vals = planned_files(plan)
+    out_dir = str(plan.output_dir.resolve() / "verl")
     result = []
     for seed in plan.seeds:
-        for name, alg in plan.algorithms.items():
+        for name in plan.algorithms:
             run_name = f"{name}-s{seed}"
             result.append(
                 (
                     seed,
                     name,
                     translate(
-                        cfg,
+                        plan,
                         name,
-                        alg,
                         seed=seed,
                         train_file=train,
                         val_files=vals,
@@ -76,24 +78,24 @@ def plans(cfg: Any, plan: Any, tracking: Callable[[str, int], dict[str, str]] | 
     return result
 
 
-def _python(cfg: Any) -> str:
-    return str(cfg.engine.get("python") or sys.executable)
+def _python(plan: SuitePlan) -> str:
+    return str(plan.engine.get("python") or sys.executable)
 
 
-def dry_run(cfg: Any, plan: Any, out: TextIO | None = None) -> int:
+def dry_run(plan: SuitePlan, out: TextIO | None = None) -> int:
     """Print each verl command and its resolved configuration; return 0 if verl accepts all."""
     out = out or sys.stdout
     import yaml
 
     from benchmarks.verl_engine.resolve import resolve_in_verl
 
-    runs = plans(cfg, plan)
-    results = resolve_in_verl([p.overrides for _, _, p in runs], python=_python(cfg))
+    runs = plans(plan)
+    results = resolve_in_verl([p.overrides for _, _, p in runs], python=_python(plan))
     bad = 0
     for (_seed, _name, p), res in zip(runs, results, strict=True):
         out.write(f"# --- {p.run_name}: verl command ---\n")
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in p.env.items())
-        out.write(f"{env} {shlex.join(p.command(_python(cfg)))}\n")
+        out.write(f"{env} {shlex.join(p.command(_python(plan)))}\n")
         if res["error"]:
             bad += 1
             message = str(res["error"]).strip().replace("\n", "\n#   ")
@@ -109,15 +111,13 @@ def _total_steps(p: VerlPlan) -> int:
     return int(p.values["trainer.total_training_steps"])
 
 
-def run_verl_suite(cfg: Any, plan: Any) -> int:
+def run_verl_suite(plan: SuitePlan) -> int:
     """Export, launch every (algorithm, seed) on verl, map metrics; returns an exit status."""
     from mlflow.entities import Param
     from mlflow.tracking import MlflowClient
-    from omegaconf import OmegaConf
 
     from benchmarks.telemetry.tracking import (
         MlflowTracker,
-        default_tracking_uri,
         flatten,
         git_commit,
         prepare_store,
@@ -125,31 +125,31 @@ def run_verl_suite(cfg: Any, plan: Any) -> int:
     from benchmarks.verl_engine.export import export_task
     from benchmarks.verl_engine.metrics import map_verl_run
 
-    if cfg.engine.get("dry_run"):
-        return dry_run(cfg, plan)
-    export_task(cfg.task, _data_dir(cfg))
-    uri = cfg.tracking.uri or default_tracking_uri()
+    if plan.engine.get("dry_run"):
+        return dry_run(plan)
+    export_task(plan.task_node, _data_dir(plan))
+    uri = plan.tracking_uri
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
         uri = f"sqlite:///{Path(uri[len('sqlite:///') :]).resolve()}"  # workers' cwd differs
-    exp_name = str(cfg.tracking.experiment)
+    exp_name = plan.experiment
     exp_id = prepare_store(uri, exp_name)
     client = MlflowClient(uri)
-    resolved = OmegaConf.to_container(cfg, resolve=True)
+    resolved = plan.resolved
     tags = {
-        M.TAG_TASK: str(cfg.task.name),
-        M.TAG_MODEL: str(cfg.model.name_or_path),
+        M.TAG_TASK: str(plan.task_node["name"]),
+        M.TAG_MODEL: str(plan.model.name_or_path),
         M.TAG_ENGINE: "verl",
-        M.TAG_BUDGET_KIND: str(cfg.budget.kind),
-        M.TAG_BUDGET_LIMIT: str(cfg.budget.limit),
+        M.TAG_BUDGET_KIND: str(resolved["budget"]["kind"]),
+        M.TAG_BUDGET_LIMIT: str(resolved["budget"]["limit"]),
         M.TAG_GIT_COMMIT: git_commit(),
     }
-    logs = Path(cfg.output_dir).resolve() / "verl" / "logs"
+    logs = plan.output_dir.resolve() / "verl" / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     failures = 0
     with MlflowTracker.start(
         client,
         exp_id,
-        run_name=f"suite-{cfg.suite.name}",
+        run_name=f"suite-{plan.suite_name}",
         tags={**tags, M.TAG_ROLE: "suite"},
         params=flatten(resolved),
     ) as parent:
@@ -186,9 +186,9 @@ def run_verl_suite(cfg: Any, plan: Any) -> int:
                 client.log_batch(run.info.run_id, params=items[i : i + 100])
             return {"MLFLOW_TRACKING_URI": uri, "MLFLOW_RUN_ID": run.info.run_id}
 
-        for seed, name, p in plans(cfg, plan, tracking):
+        for seed, name, p in plans(plan, tracking):
             run_id = child_ids[(name, seed)]
-            cmd = p.command(_python(cfg))
+            cmd = p.command(_python(plan))
             log_path = logs / f"{p.run_name}.log"
             log.info("launching verl for %s (run %s), log: %s", p.run_name, run_id, log_path)
             t0 = time.perf_counter()

@@ -1,4 +1,4 @@
-"""Suite config -> verl 0.9.1 Hydra overrides, one set per (algorithm, seed).
+"""A validated suite (``SuitePlan``) -> verl 0.9.1 Hydra overrides, one set per (algorithm, seed).
 
 The algorithm's *registered* config (``algorithms.get_algorithm``) is the source of every value:
 clip ratios, dual-clip, loss aggregation, KL, samples per prompt, GAE settings, the DAPO pieces.
@@ -36,6 +36,7 @@ from typing import Any
 
 from algorithms import Algorithm, ConfigError
 from algorithms.base import Algorithm as _AlgorithmBase
+from benchmarks.suite.plan import SuitePlan
 
 __all__ = [
     "ALGORITHM_ENV",
@@ -111,14 +112,6 @@ def _fmt(value: Any) -> str:
 def format_override(key: str, value: Any) -> str:
     """One Hydra override ``key=value`` (strings quoted when Hydra's grammar needs it)."""
     return f"{key}={_fmt(value)}"
-
-
-def _cfg_dict(node: Any) -> dict[str, Any]:
-    from omegaconf import OmegaConf
-
-    if isinstance(node, Mapping) and not hasattr(node, "_get_node"):
-        return dict(node)
-    return OmegaConf.to_container(node, resolve=True)  # type: ignore[return-value]
 
 
 def _overrides_method(alg: Algorithm, method: str) -> bool:
@@ -233,16 +226,16 @@ def _check_wrappable(name: str, alg: Algorithm) -> None:
         raise ConfigError(f"algorithm={name}: kl_in_reward is not wrapped for verl")
 
 
-def _budget_steps(cfg: Any, samples_per_step: int) -> int:
-    eng = cfg.engine
+def _budget_steps(plan: SuitePlan, samples_per_step: int) -> int:
+    eng = plan.engine
     if eng.get("total_training_steps") is not None:
-        return int(eng.total_training_steps)
-    if cfg.budget.kind != "samples":
+        return int(eng["total_training_steps"])
+    if plan.budget.kind != "samples":
         raise ConfigError(
-            f"budget.kind={cfg.budget.kind}: verl stops on a step count; set "
+            f"budget.kind={plan.budget.kind}: verl stops on a step count; set "
             "engine.total_training_steps, or use budget=samples (steps = limit / samples per step)"
         )
-    return max(1, math.ceil(float(cfg.budget.limit) / samples_per_step))
+    return max(1, math.ceil(float(plan.budget.limit) / samples_per_step))
 
 
 def _test_freq(fractions: Sequence[float], steps: int) -> int:
@@ -254,9 +247,8 @@ def _test_freq(fractions: Sequence[float], steps: int) -> int:
 
 
 def translate(
-    cfg: Any,
+    plan: SuitePlan,
     name: str,
-    alg: Algorithm,
     *,
     seed: int,
     train_file: str,
@@ -268,9 +260,8 @@ def translate(
     """Overrides that run ``name`` (built with ``alg``) for one seed on verl.
 
     Args:
-        cfg: the composed suite config (``engine`` must be the verl group).
-        name: the algorithm's registry name.
-        alg: the validated algorithm instance (``suite.validate``).
+        plan: the validated suite (``engine`` must be the verl group).
+        name: the algorithm's registry name, a key of ``plan.algorithms``.
         seed: the run's seed (data order, rollout sampling, FSDP init).
         train_file, val_files: parquet files from :mod:`benchmarks.verl_engine.export`.
         run_name: the MLflow child run's name (also verl's ``trainer.experiment_name``).
@@ -281,13 +272,13 @@ def translate(
     Raises:
         ConfigError: a value verl cannot express (names the field and what to do).
     """
-    eng = cfg.engine
-    trainer = cfg.trainer
-    node = _cfg_dict(cfg.algorithm[name])
+    alg = plan.algorithms[name]
+    trainer = plan.trainer[name]
+    eng = plan.engine
     n = alg.samples_per_prompt
-    samples_per_step = int(trainer.samples_per_step)
+    samples_per_step = trainer.samples_per_step
     if eng.get("train_batch_size") is not None:
-        prompts = int(eng.train_batch_size)
+        prompts = int(eng["train_batch_size"])
     else:
         if samples_per_step % n:
             raise ConfigError(
@@ -297,25 +288,25 @@ def translate(
         prompts = samples_per_step // n
     mini = eng.get("ppo_mini_batch_size")
     if mini is None:
-        mini = prompts // int(trainer.mini_batches)
+        mini = prompts // trainer.mini_batches
     mini = int(mini)
     if mini < 1 or prompts % mini:
         raise ConfigError(
             f"engine.ppo_mini_batch_size={mini} must divide the prompts per step ({prompts})"
         )
-    steps = _budget_steps(cfg, prompts * n)
-    model = cfg.model.name_or_path
+    steps = _budget_steps(plan, prompts * n)
+    model = plan.model.name_or_path
     if model is None:
         raise ConfigError(
             "model.name_or_path=null: engine=verl needs a real checkpoint (HF id or directory), "
             "e.g. model=hf model.name_or_path=Qwen/Qwen2.5-0.5B-Instruct"
         )
-    max_response = int(trainer.max_new_tokens)
-    max_prompt = int(eng.max_prompt_length)
+    max_response = trainer.max_new_tokens
+    max_prompt = int(eng["max_prompt_length"])
     max_tokens = eng.get("max_token_len_per_gpu") or 2 * (max_prompt + max_response)
-    fractions = list(cfg.budget.eval_fractions)
-    actor_lr = node.get("actor_lr")
-    critic_lr = node.get("critic_lr")
+    fractions = list(plan.budget.eval_fractions)
+    actor_lr = trainer.actor_lr
+    critic_lr = trainer.critic_lr
     actor = "actor_rollout_ref.actor"
     rollout = "actor_rollout_ref.rollout"
     v: dict[str, Any] = {
@@ -329,49 +320,50 @@ def translate(
         "data.seed": seed,
         "data.dataloader_num_workers": 0,
         "actor_rollout_ref.model.path": str(model),
-        "actor_rollout_ref.model.enable_gradient_checkpointing": bool(eng.gradient_checkpointing),
+        "actor_rollout_ref.model.enable_gradient_checkpointing": bool(
+            eng["gradient_checkpointing"]
+        ),
         "actor_rollout_ref.model.use_remove_padding": True,
         f"{actor}.optim.weight_decay": float(trainer.weight_decay),
         f"{actor}.grad_clip": float(trainer.grad_clip),
         f"{actor}.ppo_mini_batch_size": mini,
-        f"{actor}.use_dynamic_bsz": bool(eng.use_dynamic_bsz),
+        f"{actor}.use_dynamic_bsz": bool(eng["use_dynamic_bsz"]),
         f"{actor}.ppo_max_token_len_per_gpu": int(max_tokens),
         f"{actor}.data_loader_seed": seed,
-        f"{actor}.fsdp_config.param_offload": bool(eng.param_offload),
-        f"{actor}.fsdp_config.optimizer_offload": bool(eng.optimizer_offload),
-        "actor_rollout_ref.ref.fsdp_config.param_offload": bool(eng.param_offload),
-        f"{rollout}.name": str(eng.rollout),
-        f"{rollout}.tensor_model_parallel_size": int(eng.tensor_parallel),
-        f"{rollout}.gpu_memory_utilization": float(eng.gpu_memory_utilization),
+        f"{actor}.fsdp_config.param_offload": bool(eng["param_offload"]),
+        f"{actor}.fsdp_config.optimizer_offload": bool(eng["optimizer_offload"]),
+        "actor_rollout_ref.ref.fsdp_config.param_offload": bool(eng["param_offload"]),
+        f"{rollout}.name": str(eng["rollout"]),
+        f"{rollout}.tensor_model_parallel_size": int(eng["tensor_parallel"]),
+        f"{rollout}.gpu_memory_utilization": float(eng["gpu_memory_utilization"]),
         f"{rollout}.temperature": float(trainer.temperature),
         f"{rollout}.top_p": float(trainer.top_p),
         f"{rollout}.seed": seed,
-        f"{rollout}.val_kwargs.n": int(eng.val_n),
-        f"{rollout}.val_kwargs.do_sample": int(eng.val_n) > 1,
-        f"{rollout}.val_kwargs.temperature": float(eng.val_temperature)
-        if int(eng.val_n) > 1
+        f"{rollout}.val_kwargs.n": int(eng["val_n"]),
+        f"{rollout}.val_kwargs.do_sample": int(eng["val_n"]) > 1,
+        f"{rollout}.val_kwargs.temperature": float(eng["val_temperature"])
+        if int(eng["val_n"]) > 1
         else 0.0,
         "reward.custom_reward_function.path": _REWARD_FN,
         "reward.custom_reward_function.name": "compute_score",
-        "trainer.n_gpus_per_node": int(eng.n_gpus_per_node),
-        "trainer.nnodes": int(eng.nnodes),
+        "trainer.n_gpus_per_node": int(eng["n_gpus_per_node"]),
+        "trainer.nnodes": int(eng["nnodes"]),
         "trainer.total_training_steps": steps,
         "trainer.total_epochs": 1_000_000,  # the step count stops the run
         "trainer.val_before_train": any(float(f) == 0.0 for f in fractions),
         "trainer.test_freq": _test_freq(fractions, steps),
         "trainer.save_freq": -1,
-        "trainer.project_name": str(cfg.tracking.experiment),
+        "trainer.project_name": plan.experiment,
         "trainer.experiment_name": run_name,
         "trainer.logger": ["console", "mlflow"] if tracking else ["console"],
         "trainer.default_local_dir": f"{output_dir}/checkpoints/{run_name}",
     }
-    if not eng.use_dynamic_bsz:
-        mbs = int(eng.micro_batch_size_per_gpu)
+    if not eng["use_dynamic_bsz"]:
+        mbs = int(eng["micro_batch_size_per_gpu"])
         v[f"{actor}.ppo_micro_batch_size_per_gpu"] = mbs
         v[f"{rollout}.log_prob_micro_batch_size_per_gpu"] = mbs
         v["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"] = mbs
-    if actor_lr is not None:
-        v[f"{actor}.optim.lr"] = float(actor_lr)
+    v[f"{actor}.optim.lr"] = float(actor_lr)
     v.update(_algorithm_values(name, alg))
     if v["critic.enable"]:
         if critic_lr is None:
@@ -381,22 +373,21 @@ def translate(
                 "critic.optim.lr": float(critic_lr),
                 "critic.optim.weight_decay": float(trainer.weight_decay),
                 "critic.grad_clip": float(trainer.grad_clip),
-                "critic.model.path": str(eng.critic_model or model),
-                "critic.model.enable_gradient_checkpointing": bool(eng.gradient_checkpointing),
+                "critic.model.path": str(eng["critic_model"] or model),
+                "critic.model.enable_gradient_checkpointing": bool(eng["gradient_checkpointing"]),
                 "critic.ppo_max_token_len_per_gpu": int(max_tokens),
-                "critic.fsdp.param_offload": bool(eng.param_offload),
-                "critic.fsdp.optimizer_offload": bool(eng.optimizer_offload),
+                "critic.fsdp.param_offload": bool(eng["param_offload"]),
+                "critic.fsdp.optimizer_offload": bool(eng["optimizer_offload"]),
             }
         )
-        if not eng.use_dynamic_bsz:
-            v["critic.ppo_micro_batch_size_per_gpu"] = int(eng.micro_batch_size_per_gpu)
+        if not eng["use_dynamic_bsz"]:
+            v["critic.ppo_micro_batch_size_per_gpu"] = int(eng["micro_batch_size_per_gpu"])
     params = {
         f: getattr(alg.config, f) for f in alg.config.__dataclass_fields__
     }  # the full registry config, so workers rebuild exactly this algorithm
     env = {ALGORITHM_ENV: json.dumps({"name": name, "params": params}, sort_keys=True)}
-    plugins = [str(p) for p in (cfg.get("plugins") or [])]
-    if plugins:
-        env[PLUGINS_ENV] = ",".join(plugins)
+    if plan.plugins:
+        env[PLUGINS_ENV] = ",".join(plan.plugins)
     env.update(dict(tracking or {}))
     # Ray workers of an existing cluster do not inherit the launcher's environment: hand the
     # variables over through verl's runtime_env as well.

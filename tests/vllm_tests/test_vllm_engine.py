@@ -13,7 +13,6 @@ import math
 
 import pytest
 import torch
-from conftest import DATA_DIR, MICRO
 
 from benchmarks.engines import vllm_engine
 from benchmarks.engines.teacher_forced import response_logprobs
@@ -22,6 +21,8 @@ from benchmarks.engines.vllm_engine import VllmEngine, save_for_vllm
 from benchmarks.tasks.arith import ArithTask
 from benchmarks.telemetry import metrics as M
 from benchmarks.training.modeling import build_char_tokenizer
+from testkit.paths import DATA_DIR
+from testkit.suites import MICRO
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -1,0 +1,254 @@
+"""Sweeps: real Optuna storage, real MLflow SQLite store, real micro runs, all in a temp dir.
+
+Each trial is a micro run (2 optimizer steps of 32 samples, 3 evaluations of 64 problems) from a
+warm start shared by the whole module, so the file stays well under two minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from benchmarks.telemetry import metrics as M
+from sweeps import (
+    TAG_TRIAL_STATE,
+    SpecError,
+    check_spec,
+    load_spec,
+    objective_value,
+    parse_spec,
+    run_sweep,
+)
+from sweeps.cli import main as sweep_main
+from testkit.suites import MICRO
+
+BUDGET = ["budget.limit=64", "budget.eval_fractions=[0.0,0.5,1.0]"]
+LR = {"type": "float", "low": 3e-5, "high": 3e-4, "log": True}
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory) -> Path:
+    """One warm-start cache for every sweep of this module (the warm start is trained once)."""
+    return tmp_path_factory.mktemp("sweep_cache")
+
+
+@pytest.fixture
+def base(tmp_path, cache_dir) -> list[str]:
+    """Micro-run overrides writing only under temp directories."""
+    return [
+        *MICRO,
+        f"cache_dir={cache_dir}",
+        f"output_dir={tmp_path / 'out'}",
+        "task.eval_size=64",
+        "threads=1",
+    ]
+
+
+def _spec(base: list[str], **changes) -> dict:
+    spec = {
+        "algorithms": ["sppo"],
+        "trials": 2,
+        "base_overrides": base,
+        "budget": BUDGET,
+        "search_space": {"algorithm.{alg}.actor_lr": dict(LR)},
+        "objective": {"metric": "eval/arith/accuracy", "direction": "maximize"},
+        "sampler": "random",
+        "pruner": "none",
+        "seed": 0,
+    }
+    spec.update(copy.deepcopy(changes))
+    return spec
+
+
+def _stores(tmp_path: Path) -> dict[str, str]:
+    return {
+        "storage": f"sqlite:///{tmp_path / 'optuna.db'}",
+        "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
+    }
+
+
+def _children(client: MlflowClient, result) -> list:  # noqa: ANN001
+    exp = client.get_experiment_by_name(result.experiment)
+    runs = client.search_runs([exp.experiment_id], max_results=1000)
+    return [r for r in runs if r.data.tags.get("mlflow.parentRunId") == result.parent_run_id]
+
+
+def test_parallel_sweep_two_workers_with_a_failing_trial(tmp_path, base):
+    """4 trials over 2 algorithms (equal effort) on 2 workers; one trial's point cannot run
+    (mini_batches=3 does not divide 32 samples): it is FAIL with its error, the rest complete."""
+    spec = parse_spec(
+        _spec(
+            base,
+            algorithms=["sppo", "grpo"],
+            trials=4,
+            search_space={
+                "algorithm.{alg}.actor_lr": LR,
+                "trainer.mini_batches": {"type": "categorical", "choices": [1, 3]},
+            },
+            enqueue=[
+                {"algorithm": "sppo", "trainer.mini_batches": 3},
+                {"algorithm": "sppo", "trainer.mini_batches": 1},
+                {"algorithm": "grpo", "trainer.mini_batches": 1},
+                {"algorithm": "grpo", "trainer.mini_batches": 1},
+            ],
+        ),
+        name="par",
+    )
+    stores = _stores(tmp_path)
+    result = run_sweep(spec, workers=2, **stores)
+
+    assert result.studies == ["par-sppo", "par-grpo"]
+    trials = [
+        t
+        for name in result.studies
+        for t in optuna.load_study(study_name=name, storage=stores["storage"]).trials
+    ]
+    states = sorted(t.state.name for t in trials)
+    assert states == ["COMPLETE", "COMPLETE", "COMPLETE", "FAIL"]
+    failed = next(t for t in trials if t.state.name == "FAIL")
+    assert "mini_batches=3" in failed.user_attrs["error"]
+
+    client = MlflowClient(stores["tracking_uri"])
+    parent = client.get_run(result.parent_run_id)
+    assert parent.data.tags[M.TAG_ROLE] == "sweep" and parent.info.status == "FINISHED"
+    children = _children(client, result)
+    assert len(children) == 4
+    by_state = sorted(r.data.tags[TAG_TRIAL_STATE] for r in children)
+    assert by_state == states
+    for r in children:
+        alg = r.data.tags[M.TAG_ALGORITHM]
+        assert f"optuna.algorithm.{alg}.actor_lr" in r.data.params
+        assert "optuna.trainer.mini_batches" in r.data.params
+
+    table = result.summary_md.read_text()
+    assert "| sppo | 0." in table and "| grpo | 0." in table
+    assert {b.algorithm: (b.complete, b.failed) for b in result.best} == {
+        "sppo": (1, 1),
+        "grpo": (2, 0),
+    }
+    artifacts = {a.path for a in client.list_artifacts(result.parent_run_id, "sweep")}
+    assert {"sweep/sweep_summary.md", "sweep/sweep_summary.json"} <= artifacts
+
+
+def test_resume_ends_with_exactly_the_requested_trials(tmp_path, base):
+    """Run 1 trial, leave one RUNNING as a killed sweep would, then --resume to 3 in all."""
+    spec_path = tmp_path / "resume.yaml"
+    spec_path.write_text(yaml.safe_dump(_spec(base)))
+    stores = _stores(tmp_path)
+    args = [
+        str(spec_path),
+        "--storage",
+        stores["storage"],
+        "--tracking-uri",
+        stores["tracking_uri"],
+        "--study-name",
+        "res",
+    ]
+    assert sweep_main([*args, "--trials", "1"]) == 0
+    study = optuna.load_study(study_name="res", storage=stores["storage"])
+    study.ask()  # a trial the interrupted sweep never finished
+    assert sweep_main([*args, "--trials", "3"]) == 2  # the study exists: resuming is explicit
+    assert sweep_main([*args, "--trials", "3", "--resume"]) == 0
+
+    trials = optuna.load_study(study_name="res", storage=stores["storage"]).trials
+    assert [t.state.name for t in trials] == ["COMPLETE", "FAIL", "COMPLETE"]
+    assert trials[1].user_attrs["error"].startswith("interrupted")
+    client = MlflowClient(stores["tracking_uri"])
+    exp = client.get_experiment_by_name("sppo-bench-sweep-res")
+    runs = client.search_runs([exp.experiment_id])
+    sweeps = [r for r in runs if r.data.tags.get(M.TAG_ROLE) == "sweep"]
+    assert len(sweeps) == 1  # the resumed sweep continues its parent run
+    assert len(runs) == 1 + 3
+
+
+def test_median_pruner_stops_a_collapsing_learning_rate(tmp_path, base):
+    """Two good learning rates complete; actor lr 1e-2 collapses the policy after one step and is
+    pruned before spending its full budget."""
+    spec = parse_spec(
+        _spec(
+            base,
+            trials=3,
+            search_space={"algorithm.{alg}.actor_lr": {**LR, "high": 1e-2}},
+            pruner={"type": "median", "n_startup_trials": 2},
+            enqueue=[
+                {"algorithm.sppo.actor_lr": 1e-4},
+                {"algorithm.sppo.actor_lr": 3e-5},
+                {"algorithm.sppo.actor_lr": 1e-2},
+            ],
+        ),
+        name="prune",
+    )
+    stores = _stores(tmp_path)
+    result = run_sweep(spec, **stores)
+
+    trials = optuna.load_study(study_name="prune", storage=stores["storage"]).trials
+    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE", "PRUNED"]
+    assert len(trials[2].intermediate_values) < len(trials[0].intermediate_values) == 2
+    client = MlflowClient(stores["tracking_uri"])
+    pruned = next(r for r in _children(client, result) if r.data.tags[TAG_TRIAL_STATE] == "PRUNED")
+    assert pruned.info.status == "KILLED"
+    assert pruned.data.metrics[M.COMPUTE_ROLLOUT_SAMPLES] < 64  # stopped before the budget's end
+    assert result.best[0].number in (0, 1)
+
+
+BAD_SPECS = [
+    ({"search_space": {"algorithm.{alg}.actor_rl": LR}}, "search_space.algorithm.{alg}.actor_rl"),
+    ({"search_space": {"trainer.no_such_key": LR}}, "search_space.trainer.no_such_key"),
+    (
+        {"search_space": {"algorithm.{alg}.params.clip_ratio_x": LR}},
+        "search_space.algorithm.{alg}.params.clip_ratio_x",
+    ),
+    (
+        {"search_space": {"algorithm.{alg}.actor_lr": {**LR, "low": 1e-2}}},
+        "search_space.algorithm.{alg}.actor_lr.low=0.01: must be <= high",
+    ),
+    (
+        {"search_space": {"algorithm.{alg}.actor_lr": {**LR, "low": 0.0}}},
+        "search_space.algorithm.{alg}.actor_lr.low=0.0: a log-scale range needs low > 0",
+    ),
+    ({"objective": {"metric": "loss"}}, "objective.metric='loss'"),
+    ({"objective": {"metric": "eval/gsm8k/accuracy"}}, "objective.metric='eval/gsm8k/accuracy'"),
+    ({"sampler": "bogus"}, "sampler='bogus': unknown sampler; allowed: ['tpe', 'cmaes'"),
+    ({"pruner": "bogus"}, "pruner='bogus': unknown pruner; allowed: ['median', 'hyperband'"),
+    ({"sampler": {"type": "tpe", "n_startup": 3}}, "sampler.n_startup=3"),
+    ({"algorithms": ["sppo", "grpo"], "trials": 3}, "trials=3"),
+    (
+        {"algorithms": ["sppo", "grpo"], "search_space": {"algorithm.{alg}.critic_lr": LR}},
+        "fails the suite's validation for grpo",
+    ),
+]
+
+
+@pytest.mark.parametrize(("changes", "message"), BAD_SPECS)
+def test_bad_spec_fails_before_any_trial_naming_the_field(tmp_path, base, changes, message):
+    with pytest.raises(SpecError) as e:
+        run_sweep(parse_spec(_spec(base, **changes)), **_stores(tmp_path))
+    assert message in str(e.value)
+    assert not (tmp_path / "optuna.db").exists() and not (tmp_path / "mlflow.db").exists()
+
+
+@pytest.mark.parametrize("name", ["lr_per_algorithm", "sppo_critic", "equal_effort"])
+def test_shipped_specs_are_valid_against_the_config(name):
+    spec = load_spec(name)
+    configs = check_spec(spec)
+    assert sorted(configs) == sorted(spec.algorithms)
+
+
+def test_cli_reports_a_spec_error_with_status_2(tmp_path, capsys):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({"algorithms": ["sppo"], "trials": 1, "search_space": {}}))
+    assert sweep_main([str(path)]) == 2
+    assert "search_space" in capsys.readouterr().err
+
+
+def test_objective_value_final_accuracy_and_auc():
+    evals = [(0.0, 0.2), (0.5, 0.4), (1.0, 0.3)]
+    assert objective_value("eval/arith/accuracy", evals) == 0.3
+    # trapezoids: 0.5 * (0.2 + 0.4) / 2 + 0.5 * (0.4 + 0.3) / 2 = 0.325, over a span of 1
+    assert objective_value("auc", evals) == pytest.approx(0.325)
+    assert objective_value("auc", [(0.5, 0.4), (1.0, 0.2)]) == pytest.approx(0.3)

@@ -1,0 +1,462 @@
+"""Graders, answer extraction and pass@k / avg@k.
+
+Gold-versus-gold agreement runs on the offline data in ``../shared/data`` (or
+``$SPPO_BENCH_DATA``); those tests are skipped when neither exists. The math-verify tests share
+one pool per module so its start-up cost is paid once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from fractions import Fraction
+from math import comb
+from pathlib import Path
+
+import pytest
+
+from benchmarks.tasks.datasets import DATASETS, load_dataset
+from benchmarks.tasks.grading import (
+    DEBUG_ENV,
+    Grader,
+    GradeResult,
+    avg_at_k,
+    extract_answer,
+    pass_at_k,
+)
+from testkit.paths import DATA_DIR, REPO, needs_data
+
+
+def _raw_rows(name: str) -> list[dict[str, object]]:
+    with (DATA_DIR / DATASETS[name].path).open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def _say(answer: object) -> str:
+    return f"Let me think... so the final answer is $\\boxed{{{answer}}}$."
+
+
+@pytest.fixture(scope="module")
+def mv() -> Iterator[Grader]:
+    with Grader("math_verify", timeout_s=3.0, workers=2) as grader:
+        yield grader
+
+
+# --- extraction ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("so $\\boxed{\\frac{1}{2}}$", "\\frac{1}{2}"),
+        ("\\boxed{1} then \\boxed{\\{1, 2\\}}", "\\{1, 2\\}"),  # last box, escaped braces
+        ("\\fbox{x^{2}} is it", "x^{2}"),
+        ("\\boxed 5$.", "5"),  # MATH's brace-less form
+        ("first \\boxed{3} then cut off \\boxed{\\frac{1}{", None),  # unclosed last box
+        ("The answer is $\\frac{3}{4}$.", "\\frac{3}{4}"),
+        ("Thus the answer is 12.5.", "12.5"),
+        ("no answer here 42", None),
+        ("", None),
+    ],
+)
+def test_extract_boxed(text: str, expected: str | None) -> None:
+    assert extract_answer(text, "boxed") == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("She pays 2,125 dollars.\n#### 2,125", "2125"),
+        ("... #### 18 dollars\nextra", "18"),
+        ("\\boxed{025}", "025"),
+        ("\\boxed{27.0}", "27.0"),
+        ("\\boxed{\\$1,000}", "1000"),
+        ("\\boxed{18 \\text{ dollars}}", "18"),
+        ("\\boxed{x = -5}", "-5"),
+        ("\\boxed{25\\%}", "25"),
+        ("\\boxed{90^\\circ}", "90"),
+        ("\\boxed{\\frac{1}{2}}", "\\frac{1}{2}"),  # not reduced to one of its digits
+        ("\\boxed{\\sqrt{4}}", "\\sqrt{4}"),
+        ("#### 1 \n then \\boxed{7}", "7"),  # the later marker wins
+        ("\\boxed{7} and later #### 8", "8"),
+        ("we get 3 apples, then 1,234 pears", "1234"),
+        ("nothing numeric", None),
+        ("\\boxed{}", None),
+    ],
+)
+def test_extract_integer(text: str, expected: str | None) -> None:
+    assert extract_answer(text, "integer") == expected
+
+
+def test_extract_unknown_kind() -> None:
+    with pytest.raises(ValueError, match="boxed, integer"):
+        extract_answer("1", "latex")
+
+
+# --- integer grader --------------------------------------------------------------------------
+
+
+def test_integer_grader_equivalences() -> None:
+    with Grader("integer") as g:
+        result = g.grade(
+            [
+                "\\boxed{025}",
+                "\\boxed{25}",
+                "\\boxed{27.0}",
+                "#### 2,125",
+                "\\boxed{-1}",
+                "\\boxed{\\frac{1}{2}}",
+                "\\boxed{27.5}",
+                "\\boxed{26}",
+                "\\boxed{٢٥}",  # Arabic-Indic digits are not a written answer here
+                "no answer",
+            ],
+            ["25", "025", "27", "2125", "-1", "2", "27", "25", "25", "25"],
+        )
+    assert result == GradeResult(scores=[1.0] * 5 + [0.0] * 5, timeouts=0, errors=0)
+
+
+def test_integer_grader_rejects_bad_input() -> None:
+    g = Grader("integer")
+    with pytest.raises(ValueError, match="not an integer"):
+        g.grade(["\\boxed{1}"], ["\\frac{1}{2}"])
+    with pytest.raises(ValueError, match="2 responses but 1"):
+        g.grade(["a", "b"], ["1"])
+    with pytest.raises(TypeError, match="str"):
+        g.grade([None], ["1"])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="integer, math_verify"):
+        Grader("exact")  # type: ignore[arg-type]
+
+
+@needs_data
+@pytest.mark.parametrize("name", ["aime24", "aime25", "amc23", "gsm8k", "gsm8k_train"])
+def test_integer_datasets_gold_vs_gold(name: str) -> None:
+    """Each gold (and the source's own spelling: ``025``, ``27.0``, ``2,125``) scores 1 against
+    itself and 0 against a different neighbour."""
+    rows = _raw_rows(name)
+    golds = [str(r["answer"]) for r in rows]
+    spelled = [_say(r.get("source_answer", r["answer"])) for r in rows]
+    gsm_style = [
+        f"{r.get('solution', '')}\n#### {r.get('source_answer', r['answer'])}" for r in rows
+    ]
+    neighbours = golds[1:] + golds[:1]
+    with Grader("integer") as g:
+        assert g.grade(spelled, golds).scores == [1.0] * len(rows)
+        assert g.grade(gsm_style, golds).scores == [1.0] * len(rows)
+        wrong = g.grade(spelled, neighbours).scores
+    assert wrong == [1.0 if a == b else 0.0 for a, b in zip(golds, neighbours, strict=True)]
+
+
+# --- math-verify grader ----------------------------------------------------------------------
+
+
+def test_math_verify_equivalences(mv: Grader) -> None:
+    cases = [
+        (_say("0.5"), "\\frac{1}{2}", 1.0),
+        (_say("\\dfrac12"), "\\frac{1}{2}", 1.0),
+        ("The answer is 1/2.", "\\frac{1}{2}", 1.0),
+        (_say("\\frac{2}{4}"), "0.5", 1.0),
+        (_say("(3, \\frac{\\pi}{2})"), "\\left( 3, \\frac{\\pi}{2} \\right)", 1.0),
+        (_say("025"), "25", 1.0),
+        (_say("\\frac{1}{3}"), "\\frac{1}{2}", 0.0),
+        (_say("\\sqrt{2}"), "2", 0.0),
+        ("I do not know.", "7", 0.0),
+    ]
+    result = mv.grade([c[0] for c in cases], [c[1] for c in cases])
+    assert result.scores == [c[2] for c in cases]
+    assert (result.timeouts, result.errors) == (0, 0)
+    assert mv.grade([], []) == GradeResult(scores=[], timeouts=0, errors=0)
+
+
+@needs_data
+@pytest.mark.parametrize(
+    ("name", "sample"),
+    [("math500", None), ("minerva", None), ("olympiadbench", None), ("math", 300)],
+)
+def test_latex_datasets_gold_vs_gold(mv: Grader, name: str, sample: int | None) -> None:
+    problems = load_dataset(name, data_dir=DATA_DIR)
+    if sample is not None:
+        problems = random.Random(0).sample(problems, sample)
+    result = mv.grade([_say(p.answer) for p in problems], [p.answer for p in problems])
+    failed = [(p.id, p.answer) for p, s in zip(problems, result.scores, strict=True) if s != 1.0]
+    assert failed == []
+    assert (result.timeouts, result.errors) == (0, 0)
+
+
+@needs_data
+def test_math500_reference_solutions_are_correct(mv: Grader) -> None:
+    rows = _raw_rows("math500")
+    result = mv.grade([str(r["solution"]) for r in rows], [str(r["answer"]) for r in rows])
+    assert sum(result.scores) == 500
+
+
+@needs_data
+def test_math500_wrong_neighbour_scores_zero(mv: Grader) -> None:
+    problems = load_dataset("math500", data_dir=DATA_DIR)
+    golds = [p.answer for p in problems]
+    neighbours = golds[1:] + golds[:1]
+    scores = mv.grade([_say(g) for g in golds], neighbours).scores
+    ones = {(a, b) for a, b, s in zip(golds, neighbours, scores, strict=True) if s == 1.0}
+    # Identical strings, and math-verify reading "x=5" as 5 (by design).
+    assert ones == {(a, b) for a, b in zip(golds, neighbours, strict=True) if a == b} | {
+        ("5", "x=5")
+    }
+
+
+@pytest.fixture
+def debug_grader(monkeypatch: pytest.MonkeyPatch) -> Iterator[Grader]:
+    monkeypatch.setenv(DEBUG_ENV, "1")
+    with Grader("math_verify", timeout_s=0.5, kill_grace_s=0.25) as grader:
+        yield grader
+
+
+def test_timeouts_and_crashes_are_counted_exactly(debug_grader: Grader) -> None:
+    g = debug_grader
+    g.start()
+    pids = g._worker_pids()
+    d = "__sppo_grader_debug__:"
+    responses = [
+        _say("\\frac{1}{2}"),
+        d + "sleep:30",  # soft deadline: the worker survives
+        d + "hang",  # ignores the soft deadline: killed by the parent
+        d + "crash",  # os._exit
+        d + "segv",
+        d + "raise",
+        d + "memory",  # MemoryError under the address-space cap
+        d + "sleep:0",
+        _say("0.5"),
+    ]
+    start = time.monotonic()
+    result = g.grade(responses, ["\\frac{1}{2}"] * len(responses))
+    elapsed = time.monotonic() - start
+    assert result.scores == [1.0] + [0.0] * 7 + [1.0]
+    assert (result.timeouts, result.errors) == (2, 4)
+    assert elapsed < 20
+    assert g._worker_pids() != pids  # replaced
+    after = g.grade([_say("3"), _say("4")], ["3", "3"])
+    assert after == GradeResult(scores=[1.0, 0.0], timeouts=0, errors=0)
+
+
+def test_debug_prefix_is_plain_text_without_env(
+    mv: Grader, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(DEBUG_ENV, "1")  # too late: the pool's workers started without it
+    mv.start()
+    pids = mv._worker_pids()
+    result = mv.grade(["__sppo_grader_debug__:crash", "__sppo_grader_debug__:hang"], ["1", "1"])
+    assert result == GradeResult(scores=[0.0, 0.0], timeouts=0, errors=0)
+    assert mv._worker_pids() == pids
+
+
+def _hostile(marker: Path) -> list[str]:
+    m = str(marker)
+    touch = f"__import__('os').system('touch {m}')"
+    code = [
+        touch,
+        f"\\boxed{{{touch}}}",
+        f"${touch}$",
+        f"The answer is {touch}",
+        f"Answer: {touch}",
+        f'eval("{touch}")',
+        f"exec('import os; os.system(\"touch {m}\")')",
+        f"import os; os.system('touch {m}')",
+        f"\\boxed{{open('{m}', 'w').write('x')}}",
+        "\\boxed{().__class__.__base__.__subclasses__()}",
+        "lambda: __import__('os').system('true')",
+        f"\\boxed{{\\text{{{touch}}}}}",
+        f"\\boxed{{\\mathrm{{exec}}(\\text{{'touch {m}'}})}}",
+        f"\\immediate\\write18{{touch {m}}}",
+        "\\input{/etc/passwd}",
+        f"`touch {m}` $(touch {m})",
+        "{{7*7}} ${7*7} %s%s%n",
+    ]
+    towers = [
+        "\\boxed{9^{9^{9^{9}}}}",
+        "9**9**9**9",
+        "answer: 9^9^9^9",
+        "\\boxed{10^{10^{10^{10}}}}",
+        "\\boxed{2^{2^{2^{2^{2^{2^{2}}}}}}}",
+        "\\boxed{9^{9^{9^{9^{9^{9}}}}} - 9^{9^{9^{9^{9^{9}}}}}}",
+        "\\boxed{(10^{100})!}",
+        "\\boxed{100!!!}",
+        "\\boxed{\\sum_{n=1}^{10^{10}} n^{n}}",
+        "\\boxed{\\prod_{k=1}^{10^{9}} k}",
+        "\\boxed{\\int_0^\\infty e^{-x^{100}} dx}",
+        "\\boxed{\\lim_{x\\to\\infty} x^{x^{x}}}",
+        "\\boxed{\\frac{d^{100}}{dx^{100}} x^{x^{x^{x}}}}",
+    ]
+    nesting = [
+        "\\boxed{" + "{" * 10_000 + "1" + "}" * 10_000 + "}",
+        "\\boxed{" + "(" * 3_000 + "1" + ")" * 3_000 + "}",
+        "\\boxed{" + "\\frac{1}{" * 300 + "2" + "}" * 300 + "}",
+        "\\boxed{" + "\\sqrt{" * 500 + "2" + "}" * 500 + "}",
+        "\\boxed{" * 2_000,
+        "\\left(" * 2_000,
+        "\\begin{matrix}" * 1_000,
+        "\\boxed{\\begin{pmatrix}" + "1&" * 3_000 + "1\\end{pmatrix}}",
+    ]
+    long = [
+        "1" * 1_000_000,
+        "\\boxed{" + "1+" * 500_000 + "1}",
+        "\\boxed{" + "x" * 1_000_000 + "}",
+        "a" * 2_000_000,
+        "$" * 100_000,
+        "answer is " * 20_000,
+        "final answer is " * 10_000 + "2",
+        "1," * 200_000,
+    ]
+    weird = [
+        "\x00" * 1_000,
+        "\\boxed{3\x00}",
+        "\x00\\boxed{\x00}\x00",
+        "\ud800\\boxed{\udfff}",  # lone surrogates
+        "\u202e\\boxed{3}\u202c",
+        "\\boxed{½}",
+        "",
+        "\\",
+        "\\boxed",
+        "}}}}{{{{",
+        "\\boxed{1/0}",
+        "\\boxed{\\log(0)}",
+        "\\boxed{\\infty - \\infty}",
+        "\\boxed{x=}",
+        bytes(range(256)).decode("latin-1") * 100,
+    ]
+    return code + towers + nesting + long + weird
+
+
+@pytest.fixture(scope="module")
+def quick() -> Iterator[Grader]:
+    """A short deadline: the mechanism is the same as at 3 s, the test just waits less."""
+    with Grader("math_verify", timeout_s=0.5, kill_grace_s=0.5) as grader:
+        yield grader
+
+
+def test_hostile_outputs(quick: Grader, tmp_path: Path) -> None:
+    """Every nasty string scores 0 within the deadline plus a margin, without side effects, and
+    the pool serves normally afterwards."""
+    mv = quick
+    marker = tmp_path / "pwned"
+    hostile = _hostile(marker)
+    assert len(hostile) >= 50
+    gold = "\\frac{17}{19}"  # appears in none of them
+    bound = mv.timeout_s + mv.kill_grace_s + 1.0
+    timeouts = errors = 0
+    slow: list[tuple[int, float]] = []
+    for i, text in enumerate(hostile):
+        mv.start()  # a replaced worker's start-up is not charged to the next item
+        t0 = time.monotonic()
+        result = mv.grade([text], [gold])
+        dt = time.monotonic() - t0
+        assert result.scores == [0.0], (i, text[:80])
+        timeouts += result.timeouts
+        errors += result.errors
+        if dt > bound:
+            slow.append((i, dt))
+    assert slow == []
+    assert not marker.exists()
+    batch = mv.grade([_say("\\frac{17}{19}"), _say("1")], [gold, gold])
+    assert batch == GradeResult(scores=[1.0, 0.0], timeouts=0, errors=0)
+    # For the record (pytest -rP shows it): how many needed the deadline.
+    print(f"hostile: {len(hostile)} strings, {timeouts} timeouts, {errors} errors")
+
+
+def test_integer_grader_on_hostile_outputs(tmp_path: Path) -> None:
+    hostile = _hostile(tmp_path / "pwned")
+    start = time.monotonic()
+    with Grader("integer") as g:
+        result = g.grade(hostile, ["17"] * len(hostile))
+    assert result == GradeResult(scores=[0.0] * len(hostile), timeouts=0, errors=0)
+    assert time.monotonic() - start < 5.0
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_workers_are_recycled() -> None:
+    with Grader("math_verify", recycle_after=2) as g:
+        g.start()
+        pids = g._worker_pids()
+        result = g.grade([_say(i) for i in range(5)], [str(i % 2) for i in range(5)])
+        assert result.scores == [1.0, 1.0, 0.0, 0.0, 0.0]
+        assert g._worker_pids() != pids
+
+
+def test_parent_never_imports_sympy() -> None:
+    """The caller's process grades with math-verify without importing sympy or math-verify."""
+    code = (
+        "import sys\n"
+        "from benchmarks.tasks.grading import Grader\n"
+        "if __name__ == '__main__':\n"
+        "    with Grader('math_verify') as g:\n"
+        "        r = g.grade(['\\\\boxed{0.5}', \"__import__('os')\"], ['\\\\frac{1}{2}', '1'])\n"
+        "    assert r.scores == [1.0, 0.0], r\n"
+        "    leaked = [m for m in ('sympy', 'math_verify') if m in sys.modules]\n"
+        "    assert not leaked, leaked\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_start_up_failure_is_reported_and_recovers() -> None:
+    with Grader("math_verify", startup_timeout_s=0.01) as g:
+        with pytest.raises(RuntimeError, match="did not start"):
+            g.grade(["\\boxed{1}"], ["1"])
+        g.startup_timeout_s = 120.0
+        assert g.grade(["\\boxed{1}"], ["1"]).scores == [1.0]
+
+
+def test_closed_grader_refuses() -> None:
+    g = Grader("math_verify")
+    g.close()
+    g.close()  # idempotent
+    with pytest.raises(RuntimeError, match="closed"):
+        g.grade(["1"], ["1"])
+
+
+# --- pass@k / avg@k --------------------------------------------------------------------------
+
+
+def _pass_at_k_brute(n: int, c: int, k: int) -> Fraction:
+    """Fraction of the k-subsets of n samples (c correct) that contain a correct one."""
+    verdicts = [1] * c + [0] * (n - c)
+    subsets = list(itertools.combinations(verdicts, k))
+    return Fraction(sum(1 for s in subsets if any(s)), len(subsets))
+
+
+def test_pass_at_k_matches_brute_force() -> None:
+    for n in range(1, 9):
+        for c in range(n + 1):
+            for k in range(1, n + 1):
+                assert pass_at_k(n, c, k) == pytest.approx(
+                    float(_pass_at_k_brute(n, c, k)), abs=1e-12
+                )
+
+
+def test_pass_at_k_large_n_is_stable() -> None:
+    n, c, k = 1000, 5, 100
+    exact = 1 - Fraction(comb(n - c, k), comb(n, k))
+    assert pass_at_k(n, c, k) == pytest.approx(float(exact), rel=1e-12)
+    assert pass_at_k(16, 0, 16) == 0.0
+    assert pass_at_k(16, 1, 16) == 1.0
+    assert pass_at_k(16, 4, 1) == pytest.approx(0.25)
+    for bad in [(0, 0, 1), (4, 5, 1), (4, 1, 5), (4, 1, 0)]:
+        with pytest.raises(ValueError):
+            pass_at_k(*bad)
+
+
+def test_avg_at_k_hand_made() -> None:
+    verdicts = [[1, 0, 1, 1], [0, 0, 0, 0], [1, 1, 1, 1]]  # (problems, k)
+    assert avg_at_k(verdicts[0]) == 0.75
+    assert avg_at_k(verdicts) == pytest.approx((0.75 + 0 + 1) / 3)
+    assert avg_at_k([[1, 1], [0, 0, 0, 1]]) == pytest.approx(0.625)  # problems weigh equally
+    # pass@k over the same matrix: mean over problems.
+    per_problem = [pass_at_k(len(v), sum(v), 2) for v in verdicts]
+    assert per_problem == pytest.approx([1.0, 0.0, 1.0])
+    with pytest.raises(ValueError):
+        avg_at_k([])
