@@ -17,7 +17,15 @@ def _register_resolvers() -> None:
 
     if not OmegaConf.has_resolver("arith_max_tokens"):
         # "a+b=c;" is 6 characters per step, then "#d" and EOS, plus slack for wrong formats.
-        OmegaConf.register_new_resolver("arith_max_tokens", lambda h: 6 * int(h) + 6)
+        # A list of horizons (mixed difficulty) needs the longest one's budget.
+        OmegaConf.register_new_resolver("arith_max_tokens", lambda h: 6 * _longest(h) + 6)
+
+
+def _longest(horizon: Any) -> int:
+    try:
+        return max(int(h) for h in horizon)
+    except TypeError:  # one horizon
+        return int(horizon)
 
 
 _PARAMS = re.compile(r"^algorithm\.[A-Za-z0-9_]+\.params\.[A-Za-z0-9_.]+=")

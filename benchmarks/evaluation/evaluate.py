@@ -53,6 +53,7 @@ __all__ = [
     "TaskEval",
     "evaluate_greedy",
     "evaluate_model",
+    "group_accuracies",
     "load_model",
     "load_tokenizer",
     "log_results",
@@ -476,3 +477,17 @@ def evaluate_greedy(
     n = len(scores)
     acc = sum(scores) / n
     return EvalResult(acc, math.sqrt(acc * (1 - acc) / n), n, responses, scores, timeouts, errors)
+
+
+def group_accuracies(
+    result: EvalResult, groups: Mapping[str, Sequence[int]]
+) -> dict[str, tuple[float, float]]:
+    """``{group: (accuracy, binomial standard error)}`` per named subset of the evaluated
+    problems (a mixed-horizon task's ``eval_groups()``): the overall accuracy of a mixed task
+    hides where, along the horizon, an algorithm gains."""
+    out: dict[str, tuple[float, float]] = {}
+    for name, idx in groups.items():
+        if idx:
+            acc = sum(result.scores[i] for i in idx) / len(idx)
+            out[name] = (acc, math.sqrt(acc * (1 - acc) / len(idx)))
+    return out

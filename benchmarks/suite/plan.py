@@ -96,6 +96,10 @@ def as_dict(node: Any) -> dict[str, Any]:
     return OmegaConf.to_container(node, resolve=True)  # type: ignore[return-value]
 
 
+#: Tasks the tiny character model can be warm-started on (``CharTask``s).
+CHAR_TASKS = ("arith", "reasoning_gym")
+
+
 def validate(cfg: Any) -> SuitePlan:
     """Build every algorithm, trainer config and the budget; raise ConfigError naming the field."""
     import importlib
@@ -173,9 +177,9 @@ def validate(cfg: Any) -> SuitePlan:
         raise ConfigError(f"seeds={cfg.seeds} must be >= 1")
     seeds = [int(cfg.seed) + i for i in range(int(cfg.seeds))]
     real_model = cfg.model.name_or_path is not None
-    if not real_model and cfg.task.name != "arith":
+    if not real_model and cfg.task.name not in CHAR_TASKS:
         raise ConfigError(
-            f"task={cfg.task.name}: the tiny character model only speaks `arith`; "
+            f"task={cfg.task.name}: the tiny character model only speaks {list(CHAR_TASKS)}; "
             "set model=hf model.name_or_path=<HF id or directory> for real datasets"
         )
     try:

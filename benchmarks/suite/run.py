@@ -28,7 +28,6 @@ from benchmarks.suite.run_one import (
     package_version,
     run_one,
 )
-from benchmarks.tasks.arith import ArithTask
 from benchmarks.tasks.build import build_task
 from benchmarks.telemetry import metrics as M
 from benchmarks.telemetry.tracking import (
@@ -91,7 +90,7 @@ def run_suite(
         base_model, tokenizer = load_hf(plan)
         task = build_task(plan.task_node, tokenizer=tokenizer)  # chat templates need it
     else:
-        tokenizer = build_char_tokenizer(ArithTask.alphabet)
+        tokenizer = build_char_tokenizer(plan.task.alphabet)  # a CharTask (plan.validate)
         task = plan.task
 
     uri = plan.tracking_uri

@@ -16,8 +16,7 @@ import torch
 from algorithms import Algorithm
 from benchmarks.engines.factory import make_engine_factory
 from benchmarks.suite.plan import SuitePlan
-from benchmarks.tasks.arith import ArithTask
-from benchmarks.tasks.base import Task
+from benchmarks.tasks.base import CharTask, Task
 from benchmarks.telemetry import metrics as M
 from benchmarks.telemetry.tracking import (
     MlflowTracker,
@@ -46,7 +45,7 @@ def load_start_model(
         return build_tiny_llama(spec, len(tokenizer), seed=seed)
 
     ws = dict(plan.warmstart)
-    if not ws.pop("enabled", True) or not isinstance(task, ArithTask):
+    if not ws.pop("enabled", True) or not isinstance(task, CharTask):
         return build(), {"steps": 0, "val_accuracy": float("nan"), "cached": False, "path": None}
     identity = {"task": plan.task_node, "model": plan.model.node}
     return warm_start(

@@ -122,11 +122,10 @@ def _start_worker(plan: Any, level: int, q: Any) -> None:
 
 
 def _tokenizer() -> Any:
-    from benchmarks.tasks.arith import ArithTask
     from benchmarks.training.modeling import build_char_tokenizer
 
     if "tok" not in _W:
-        _W["tok"] = build_char_tokenizer(ArithTask.alphabet)
+        _W["tok"] = build_char_tokenizer(_W["plan"].task.alphabet)
     return _W["tok"]
 
 

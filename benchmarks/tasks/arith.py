@@ -27,11 +27,41 @@ from benchmarks.tasks.grading import GradeResult
 __all__ = ["ArithTask"]
 
 
+#: Longest chain: 6 response characters per step keep a 16-step chain within ~100 tokens.
+MAX_HORIZON = 16
+
 _OPS = {
     "+": lambda a, b: (a + b) % 10,
     "-": lambda a, b: (a - b) % 10,
     "*": lambda a, b: (a * b) % 10,
 }
+
+
+def _horizon_list(horizon: int | Sequence[int]) -> tuple[int, ...]:
+    values = [horizon] if isinstance(horizon, int) else list(horizon)
+    if not values or any(
+        isinstance(h, bool) or not isinstance(h, int) or not 1 <= h <= MAX_HORIZON for h in values
+    ):
+        raise ValueError(
+            f"task.horizon={horizon} is not allowed: use an integer in [1, {MAX_HORIZON}] "
+            "or a list of them (problems are drawn from every listed horizon)"
+        )
+    if len(set(values)) != len(values):
+        raise ValueError(f"task.horizon={list(values)} lists a horizon twice")
+    return tuple(sorted(values))
+
+
+def _weights(weights: Sequence[float] | None, horizons: Sequence[int]) -> list[float]:
+    """Shares of the training problems per horizon (equal by default), normalised."""
+    if weights is None:
+        return [1.0 / len(horizons)] * len(horizons)
+    w = [float(x) for x in weights]
+    if len(w) != len(horizons) or any(not x > 0 for x in w):
+        raise ValueError(
+            f"task.horizon_weights={list(w)} must give one positive weight per horizon "
+            f"(task.horizon={list(horizons)}, ascending)"
+        )
+    return [x / sum(w) for x in w]
 
 
 class ArithTask:
@@ -48,29 +78,66 @@ class ArithTask:
     def __init__(
         self,
         *,
-        horizon: int = 2,
+        horizon: int | Sequence[int] = 2,
+        horizon_weights: Sequence[float] | None = None,
         test_fraction: float = 0.2,
         eval_size: int = 1000,
         max_problems: int = 100_000,
         eval_name: str | None = None,
     ) -> None:
-        if horizon < 1 or horizon > 12:
-            raise ValueError(f"task.horizon={horizon} is not allowed: use an integer in [1, 12]")
+        horizons = _horizon_list(horizon)
         if not 0.0 < test_fraction < 1.0:
             raise ValueError(f"task.test_fraction={test_fraction} must be in (0, 1)")
         if eval_size < 1:
             raise ValueError(f"task.eval_size={eval_size} must be >= 1")
-        self.horizon = horizon
+        weights = _weights(horizon_weights, horizons)
+        #: Every horizon the problems are drawn from, ascending.
+        self.horizons = horizons
+        #: The longest: it sets the response budget (``max_new_tokens``).
+        self.horizon = horizons[-1]
         #: The dataset name in metric keys (``eval/<eval_name>/accuracy``).
         self.eval_name = eval_name or self.name
+        splits = {h: self._split(h, test_fraction, max_problems) for h in horizons}
+        if len(horizons) == 1:
+            train, test = splits[horizons[0]]
+            self._train = train
+            self._test = test[:eval_size]
+            self._groups: dict[str, list[int]] = {}
+            return
+        # Mixed difficulty: the train list holds each horizon in proportion to its weight
+        # (cycling a horizon's problems when it has fewer than its share: horizon 1 has 240), in a
+        # fixed interleaved order; the held-out set has ``eval_size`` problems per horizon,
+        # interleaved too, so any prefix of it (the logged samples, the calibration prompts) spans
+        # every horizon.
+        total = max_problems
+        rng = random.Random(0)
+        train_mix: list[TaskProblem] = []
+        for h, w in zip(horizons, weights, strict=True):
+            pool = splits[h][0]
+            n = max(1, round(total * w))
+            train_mix += [pool[i % len(pool)] for i in range(n)]
+        rng.shuffle(train_mix)
+        self._train = train_mix
+        held = {h: splits[h][1][:eval_size] for h in horizons}
+        self._test, self._groups = [], {f"{self.eval_name}_h{h}": [] for h in horizons}
+        for i in range(max(len(v) for v in held.values())):
+            for h in horizons:
+                if i < len(held[h]):
+                    self._groups[f"{self.eval_name}_h{h}"].append(len(self._test))
+                    self._test.append(held[h][i])
+
+    @classmethod
+    def _split(
+        cls, horizon: int, test_fraction: float, max_problems: int
+    ) -> tuple[list[TaskProblem], list[TaskProblem]]:
+        """(train, held-out) problems of one horizon; held-out in a fixed shuffled order."""
         train, test = [], []
-        for p in self._problems(horizon, max_problems):
+        for p in cls._problems(horizon, max_problems):
             (test if split_of(p.prompt, test_fraction) == "test" else train).append(p)
         # The held-out subset is fixed (not seeded per run): every seed and algorithm is
         # evaluated on the same problems.
         random.Random(0).shuffle(test)
-        self._train = train
-        self._test = test[:eval_size]
+        return train, test
 
     @classmethod
     def _problems(cls, horizon: int, max_problems: int) -> list[TaskProblem]:
@@ -109,6 +176,12 @@ class ArithTask:
 
     def eval_problems(self) -> Sequence[TaskProblem]:
         return self._test
+
+    def eval_groups(self) -> dict[str, list[int]]:
+        """Held-out subsets reported on their own (``eval/<name>/accuracy``): one per horizon when
+        the task mixes horizons (``arith_h<h>``), none otherwise. Values index
+        :meth:`eval_problems`."""
+        return {k: list(v) for k, v in self._groups.items()}
 
     def facts(self) -> list[TaskProblem]:
         """The single-step table (``a op b`` for every digit pair and operation): 300 facts."""

@@ -5,13 +5,14 @@ protocol the trainer and the evaluation ask of a task (train and held-out proble
 from __future__ import annotations
 
 import hashlib
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from benchmarks.tasks.grading import GradeResult
 
-__all__ = ["Task", "TaskProblem"]
+__all__ = ["CharTask", "Task", "TaskProblem"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,21 @@ class Task(Protocol):
     def grade(self, responses: Sequence[str], problems: Sequence[TaskProblem]) -> GradeResult: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class CharTask(Task, Protocol):
+    """A task the tiny character-level model can speak: its characters, and demonstrations for
+    the supervised warm start (`arith`, Reasoning Gym datasets)."""
+
+    #: Every character a prompt or demonstration uses; the tokenizer has one token per character.
+    alphabet: str
+
+    def facts(self) -> list[TaskProblem]: ...
+
+    def sft_target(
+        self, problem: TaskProblem, rng: random.Random, direct_fraction: float
+    ) -> str: ...
 
 
 def split_of(key: str, test_fraction: float) -> str:

@@ -1,4 +1,5 @@
-"""``build_task``: a task from its config node (``task=arith`` or a real dataset)."""
+"""``build_task``: a task from its config node (``task=arith``, ``task=reasoning_gym`` or a real
+dataset)."""
 
 from __future__ import annotations
 
@@ -14,4 +15,8 @@ def build_task(cfg, tokenizer=None) -> Task:  # an omegaconf node or mapping
     kwargs = {k: v for k, v in dict(cfg).items() if k not in ("name", "max_new_tokens")}
     if cfg["name"] == "arith":
         return ArithTask(**kwargs)
+    if cfg["name"] == "reasoning_gym":
+        from benchmarks.tasks.reasoning_gym import ReasoningGymTask  # imports reasoning_gym
+
+        return ReasoningGymTask(**kwargs)
     return DatasetTask(name=cfg["name"], tokenizer=tokenizer, **kwargs)

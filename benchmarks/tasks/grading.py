@@ -71,7 +71,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-GraderKind = Literal["integer", "math_verify"]
+GraderKind = Literal["integer", "math_verify", "reasoning_gym"]
+#: Kinds graded in the sandboxed worker pool (they parse model text with third-party code).
+_POOL_KINDS = ("math_verify", "reasoning_gym")
 
 #: Environment variable that enables the test-only debug actions in grader workers.
 DEBUG_ENV = "SPPO_BENCH_GRADER_DEBUG"
@@ -316,12 +318,46 @@ def _debug_action(response: str, memory_limit_bytes: int | None) -> float | None
     return None
 
 
+def _reasoning_gym_grader() -> Any:
+    """``grade(response, gold)`` with a Reasoning Gym dataset's own ``score_answer``. ``gold`` is
+    the JSON of ``{"dataset", "entry", "answer_format"}`` (:mod:`benchmarks.tasks.reasoning_gym`):
+    the answer is cut from the response here, in the worker, then scored by the dataset. Scorers
+    give partial credit to some wrong answers (0.01 for a present but wrong one); a verdict is
+    correct only at full score, so accuracy stays the share of right answers."""
+    import json
+
+    from reasoning_gym import get_score_answer_fn
+    from reasoning_gym.utils import extract_answer as extract_tagged
+
+    @functools.lru_cache(maxsize=256)
+    def scorer(dataset: str) -> Any:
+        return get_score_answer_fn(dataset)
+
+    def grade(response: str, gold: str) -> float:
+        g = json.loads(gold)
+        if g["answer_format"] == "hash":  # the tiny model's "<steps>#<answer>"
+            answer = response.rsplit("#", 1)[1].strip() if "#" in response else None
+        else:  # real models: "<answer>...</answer>", the Reasoning Gym convention
+            answer = extract_tagged(response)
+        if answer is None:
+            return 0.0
+        return 1.0 if float(scorer(g["dataset"])(answer=answer, entry=g["entry"])) >= 1.0 else 0.0
+
+    return grade
+
+
 def _worker_main(
-    conn: Connection, soft_timeout_s: float, memory_limit_bytes: int | None, debug: bool
+    conn: Connection,
+    soft_timeout_s: float,
+    memory_limit_bytes: int | None,
+    debug: bool,
+    kind: str = "math_verify",
 ) -> None:
     """Grade ``(response, gold)`` items from ``conn`` until it closes; never raise out."""
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+        if kind == "reasoning_gym":
+            rg_grade = _reasoning_gym_grader()
         # Its per-call timeouts are disabled below on purpose; silence the warning about that.
         logging.getLogger("math_verify").setLevel(logging.ERROR)
         from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
@@ -341,11 +377,14 @@ def _worker_main(
                 forced = _debug_action(response, memory_limit_bytes)
                 if forced is not None:
                     return forced
+            if kind == "reasoning_gym":
+                return rg_grade(response, gold)
             pred = parse(response, extraction_config=pred_config, parsing_timeout=None)
             return 1.0 if verify(parse_gold(gold), pred, timeout_seconds=None) else 0.0
 
         # Warm up (lazy sympy/antlr imports) so the first real item is not charged for them.
-        grade("The answer is $\\frac{1}{2}$.", "0.5")
+        if kind == "math_verify":
+            grade("The answer is $\\frac{1}{2}$.", "0.5")
         _limit_resources(memory_limit_bytes)
         signal.signal(signal.SIGALRM, _on_alarm)
     except BaseException as exc:  # report start-up failures instead of dying silently
@@ -430,9 +469,10 @@ class Grader:
     """Scores responses against gold answers; see the module docstring for the safety model.
 
     Args:
-        kind: ``"integer"`` (in process) or ``"math_verify"`` (process pool).
+        kind: ``"integer"`` (in process), ``"math_verify"`` or ``"reasoning_gym"`` (a Reasoning
+            Gym dataset's own scorer; the gold is a JSON payload): both in the process pool.
         timeout_s: Per-item budget in seconds (soft deadline inside the worker).
-        workers: Pool size for ``math_verify``.
+        workers: Pool size for the pool kinds.
         kill_grace_s: Extra time after the soft deadline before the parent kills the worker.
         memory_limit_bytes: Address-space growth allowed per worker (``None``: no cap).
         max_response_chars: Only this many trailing characters of a response are graded.
@@ -455,8 +495,10 @@ class Grader:
         startup_timeout_s: float = 120.0,
         recycle_after: int | None = 50_000,
     ) -> None:
-        if kind not in ("integer", "math_verify"):
-            raise ValueError(f"unknown grader kind {kind!r}; valid: integer, math_verify")
+        if kind not in ("integer", *_POOL_KINDS):
+            raise ValueError(
+                f"unknown grader kind {kind!r}; valid: integer, {', '.join(_POOL_KINDS)}"
+            )
         if not timeout_s > 0 or kill_grace_s < 0:
             raise ValueError(
                 f"need timeout_s > 0 and kill_grace_s >= 0, got {timeout_s}, {kill_grace_s}"
@@ -496,7 +538,7 @@ class Grader:
 
     def start(self) -> None:
         """Start the pool now and wait until every worker is ready (otherwise done lazily)."""
-        if self.kind != "math_verify":
+        if self.kind not in _POOL_KINDS:
             return
         with self._lock:
             self._check_open()
@@ -568,6 +610,7 @@ class Grader:
                 self.timeout_s,
                 self.memory_limit_bytes,
                 os.environ.get(DEBUG_ENV) == "1",
+                self.kind,
             ),
             name="sppo-bench-grader",
             daemon=True,

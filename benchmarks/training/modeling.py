@@ -10,9 +10,13 @@ from __future__ import annotations
 import copy
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:  # transformers loads lazily: import it where the model is built
+    from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +26,7 @@ __all__ = ["ModelSpec", "ValueModel", "build_char_tokenizer", "build_tiny_llama"
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 
 
-def build_char_tokenizer(alphabet: str):  # noqa: ANN201 - PreTrainedTokenizerFast
+def build_char_tokenizer(alphabet: str) -> PreTrainedTokenizerFast:
     """One token per character; ``<pad>``=0, ``<eos>``=1, ``<unk>``=2, then the alphabet."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
@@ -82,7 +86,7 @@ class ModelSpec:
             )
 
 
-def build_tiny_llama(spec: ModelSpec, vocab_size: int, seed: int):  # noqa: ANN201
+def build_tiny_llama(spec: ModelSpec, vocab_size: int, seed: int) -> LlamaForCausalLM:
     """A randomly initialised Llama-architecture causal LM (seeded, so every run is identical)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 

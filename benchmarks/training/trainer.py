@@ -31,7 +31,7 @@ from benchmarks.engines.fastdecode import prefix_hidden, supports_backbone
 from benchmarks.engines.rollout import Rollout, RolloutEngine
 from benchmarks.engines.teacher_forced import bucketed_logprobs, by_length, sequence_inputs
 from benchmarks.engines.torch_engine import TorchEngine
-from benchmarks.evaluation.evaluate import EvalResult, evaluate_greedy
+from benchmarks.evaluation.evaluate import EvalResult, evaluate_greedy, group_accuracies
 from benchmarks.tasks.base import Task, TaskProblem
 from benchmarks.telemetry import metrics as M
 from benchmarks.telemetry.meter import Budget, ComputeMeter, FlopModel
@@ -656,6 +656,10 @@ class RLTrainer:
             M.eval_metric(name, "accuracy_se"): res.se,
             M.EVAL_BUDGET_FRACTION: fraction,
         }
+        groups = self.task.eval_groups() if hasattr(self.task, "eval_groups") else {}
+        for group, (acc, se) in group_accuracies(res, groups).items():  # e.g. one per horizon
+            m[M.eval_metric(group, "accuracy")] = acc
+            m[M.eval_metric(group, "accuracy_se")] = se
         if fraction >= 1.0 or fraction == 0.0:
             probs = self.task.eval_problems()[: self.cfg.eval_samples_logged]
             self.tracker.log_table(

@@ -13,16 +13,19 @@ import hashlib
 import json
 import logging
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from benchmarks.engines.rollout import encode_prompts
 from benchmarks.engines.teacher_forced import response_logprobs
 from benchmarks.engines.torch_engine import TorchEngine
-from benchmarks.tasks.arith import ArithTask
+from benchmarks.tasks.base import CharTask
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +61,13 @@ def parse_phases(phases: Any) -> list[tuple[int, float]]:
 
 
 def _sft(
-    model, tokenizer, task: ArithTask, cfg: Mapping[str, Any], seed: int, max_new_tokens: int
-) -> dict:  # noqa: ANN001
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    task: CharTask,
+    cfg: Mapping[str, Any],
+    seed: int,
+    max_new_tokens: int,
+) -> dict:
     from benchmarks.evaluation.evaluate import evaluate_greedy
 
     rng = random.Random(seed)
@@ -114,15 +122,15 @@ def _sft(
 
 def warm_start(
     *,
-    task: ArithTask,
-    build_model,  # noqa: ANN001 - () -> fresh randomly initialised model
-    tokenizer,  # noqa: ANN001
+    task: CharTask,
+    build_model: Callable[[], PreTrainedModel],  # a fresh, randomly initialised model
+    tokenizer: PreTrainedTokenizerBase,
     cfg: Mapping[str, Any],
     identity: Mapping[str, Any],
     seed: int,
     cache_dir: str | Path,
     max_new_tokens: int,
-):  # noqa: ANN201 - the warm-started HF model
+) -> tuple[PreTrainedModel, dict[str, Any]]:
     """Load the cached warm start for ``identity`` (task + model + warm-start config + seed), or
     train and cache it. Returns ``(model, info)``; info has steps, val_accuracy, path, cached."""
     from transformers import AutoModelForCausalLM

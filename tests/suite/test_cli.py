@@ -25,7 +25,7 @@ from benchmarks.cli import main
         (["algorithm.sppo.params.clip_ratio_low=2.0"], ["clip_ratio_low"]),
         (["algorithm.sppo.params.nosuch=1"], ["nosuch", "clip_ratio_low"]),
         (["trainer.samples_per_step=60"], ["samples_per_step=60", "grpo", "8"]),
-        (["task.horizon=0"], ["task.horizon=0", "[1, 12]"]),
+        (["task.horizon=0"], ["task.horizon=0", "[1, 16]"]),
         (["seeds=0"], ["seeds=0", ">= 1"]),
         (["trainer.top_p=0"], ["trainer.top_p", "(0, 1]"]),
         (["task=gsm8k"], ["gsm8k", "model.name_or_path"]),

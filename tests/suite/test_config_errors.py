@@ -52,7 +52,9 @@ CASES = [
     (["trainer.max_consecutive_skips=0"], ["trainer.max_consecutive_skips=0", ">= 1"]),
     (["trainer.checkpoint_every=-1"], ["trainer.checkpoint_every=-1", ">= 0"]),
     (["trainer.nope=1"], ["trainer.nope=1", "unknown key 'nope'", "'samples_per_step'"]),
-    (["task.horizon=13"], ["task.horizon=13", "[1, 12]"]),
+    (["task.horizon=17"], ["task.horizon=17", "[1, 16]"]),
+    (["task.horizon=[2,2]"], ["task.horizon=[2, 2]", "twice"]),
+    (["task.horizon=[1,4]", "task.horizon_weights=[1]"], ["task.horizon_weights=[1.0]", "one positive weight per horizon"]),
     (["task=gsm8k"], ["task=gsm8k", "only speaks `arith`", "model.name_or_path"]),
     (
         ["task=gsm8k", "model=hf", "model.name_or_path=x", "task.data_dir=/nonexistent/data"],

@@ -8,6 +8,7 @@ compared with an uninterrupted twin in a separate MLflow store.
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import subprocess
@@ -25,9 +26,15 @@ from testkit.suites import MICRO
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-ALGS = ("grpo", "sppo")
+#: Each resumes another part of the state: the reference (grpo), the prompt critic (sppo), the
+#: token critic with its optimizer and mini-batches (ppo), the dynamic-sampling refill stream (dapo).
+ALGS = ("grpo", "sppo", "ppo", "dapo")
 STEPS = 4  # per algorithm: budget 128 samples / 32 per step
-CKPT_EVERY = 2
+CKPT_EVERY = 1
+#: The fixed kill points CI always runs, one process after another: each resume starts from a real
+#: checkpoint (the step before the kill) of the run it was killed in, then goes on until the next
+#: kill. DAPO's refills spend the budget in fewer steps, hence its earlier kill.
+CHAIN = (("grpo", 3, "step"), ("ppo", 3, "step"), ("dapo", 2, "step"))
 
 
 def _with(overrides: list[str], **changes: str) -> list[str]:
@@ -38,7 +45,7 @@ def _with(overrides: list[str], **changes: str) -> list[str]:
 
 
 REL = _with(
-    [o for o in MICRO if not o.startswith("algorithm.dapo")],  # (that one would add dapo)
+    MICRO,
     budget__limit=str(32 * STEPS),
     task__eval_size="32",
     algorithm=f"[{','.join(ALGS)}]",
@@ -93,10 +100,14 @@ def _history(client, run) -> dict[str, list[tuple[int, float]]]:
     return out
 
 
-def _kill_points() -> list[tuple[str, int, str]]:
-    points = [(a, k, "step") for a in ALGS for k in range(1, STEPS + 1)]
+def _kill_points(twin) -> list[tuple[str, int, str]]:
+    """Every place a kill can land: after any step the twin ran, or around any checkpoint."""
+    client, twins = _children(twin)
+    points = []
     for a in ALGS:
-        for k in range(CKPT_EVERY, STEPS + 1, CKPT_EVERY):
+        n = len(_history(client, twins[a])[M.TRAIN_SCORE_MEAN])
+        points += [(a, k, "step") for k in range(1, n + 1)]
+        for k in range(CKPT_EVERY, n + 1, CKPT_EVERY):
             points += [(a, k, "save"), (a, k, "saved")]
     return points
 
@@ -107,17 +118,9 @@ KILL_SEEDS = [int(x) for x in os.environ.get("SPPO_BENCH_KILL_SEEDS", "9").split
 
 @pytest.mark.parametrize("seed", KILL_SEEDS)
 def test_kill_9_then_resume_equals_uninterrupted_twin(root, twin, seed):
-    alg, step, where = random.Random(seed).choice(_kill_points())
+    alg, step, where = random.Random(seed).choice(_kill_points(twin))
     store = _store(root, f"killed-{seed}")
-    env = {**os.environ, FAULTS_ENV: f"kill@{alg}:{step}:{where}", "PYTHONPATH": str(REPO)}
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.cli", "run", *REL, *store],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = _run_killed(store, f"kill@{alg}:{step}:{where}")
     why = f"kill at {alg} step {step} ({where}); SPPO_BENCH_KILL_SEEDS={seed}"
     assert proc.returncode == -9, f"{why}: expected SIGKILL\n{proc.stderr[-3000:]}"
     from mlflow.tracking import MlflowClient
@@ -138,18 +141,66 @@ def test_kill_9_then_resume_equals_uninterrupted_twin(root, twin, seed):
         a: after[a].info.run_id for a in before
     }, why  # ... and the same child runs, none added for a resumed pair
     assert client.get_run(parent.info.run_id).info.status == "FINISHED"
-    tclient, twins = _children(twin)
-    for a in ALGS:
-        assert after[a].info.status == "FINISHED", why
-        h, t = _history(client, after[a]), _history(tclient, twins[a])
-        steps = [s for s, _ in h[M.TRAIN_SCORE_MEAN]]
-        assert steps == list(range(1, STEPS + 1)), f"{why}: {a} steps {steps}"  # no gap, no dup
-        counts = Counter((k, s) for k, pts in h.items() for s, _ in pts)
-        assert counts == Counter((k, s) for k, pts in t.items() for s, _ in pts), why
-        assert h == t, f"{why}: {a} differs from its uninterrupted twin"  # bit for bit
+    _assert_equals_twin(resumed, twin, why)
     by_alg = {r.algorithm: r for r in resumed.runs}
     for r in twin.runs:
         assert by_alg[r.algorithm].final_accuracy == r.final_accuracy
+    assert not any((resumed.output_dir / "checkpoints").rglob("*.pt"))  # removed once FINISHED
+
+
+def _run_killed(store: list[str], fault: str, *extra: str) -> subprocess.CompletedProcess:
+    """``sppo-bench run`` in a subprocess that SIGKILLs itself at ``fault``."""
+    env = {**os.environ, FAULTS_ENV: fault, "PYTHONPATH": str(REPO), "SPPO_BENCH_LOG": "INFO"}
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks.cli", "run", *REL, *store, *extra],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def _assert_equals_twin(resumed, twin, why: str) -> None:
+    """Every resumed run is FINISHED with exactly its twin's metric points, each logged once."""
+    client, after = _children(resumed)
+    tclient, twins = _children(twin)
+    assert set(after) == set(ALGS), why
+    for a in ALGS:
+        assert after[a].info.status == "FINISHED", f"{why}: {a}"
+        h, t = _history(client, after[a]), _history(tclient, twins[a])
+        steps = [s for s, _ in h[M.TRAIN_SCORE_MEAN]]
+        twin_steps = [s for s, _ in t[M.TRAIN_SCORE_MEAN]]
+        assert twin_steps == list(range(1, len(twin_steps) + 1)), f"{a}: twin steps {twin_steps}"
+        assert steps == twin_steps, f"{why}: {a} steps {steps}"  # no gap, no duplicate
+        counts = Counter((k, s) for k, pts in h.items() for s, _ in pts)
+        assert counts == Counter((k, s) for k, pts in t.items() for s, _ in pts), f"{why}: {a}"
+        assert h == t, f"{why}: {a} differs from its uninterrupted twin"  # bit for bit
+
+
+@pytest.mark.slow
+def test_a_chain_of_kills_resumes_grpo_ppo_and_dapo_from_their_checkpoints(root, twin, caplog):
+    """Killed in grpo, then (resumed) in ppo, then (resumed) in dapo: every resume loads the
+    checkpoint of the step before the kill in the run it continues (the reference, the token
+    critic and its optimizer, the refill stream), and the suite ends bit for bit equal to its
+    twin."""
+    store = _store(root, "chain")
+    resumed_from: list[str] = []
+    for i, (alg, step, where) in enumerate(CHAIN):
+        proc = _run_killed(store, f"kill@{alg}:{step}:{where}", *(["resume=auto"] if i else []))
+        assert proc.returncode == -9, f"kill in {alg}: expected SIGKILL\n{proc.stderr[-3000:]}"
+        resumed_from += [ln for ln in proc.stderr.splitlines() if "resumed from" in ln]
+    with caplog.at_level(logging.INFO, logger="benchmarks.training.checkpoint"):
+        resumed = run_suite(compose_config([*REL, *store, "resume=auto"]), progress=False)
+    resumed_from += [r.getMessage() for r in caplog.records if "resumed from" in r.getMessage()]
+    # Each killed run was continued from the checkpoint of the step before its kill, not
+    # started again; no other run was resumed.
+    assert len(resumed_from) == len(CHAIN), resumed_from
+    for (alg, step, _), message in zip(CHAIN, resumed_from, strict=True):
+        who = message.split(": resumed")[0]
+        assert who.endswith(f"{alg} seed 0"), f"expected {alg} resumed: {resumed_from}"
+        assert message.endswith(f"at step {step - 1}"), f"{alg}: {message}"
+    _assert_equals_twin(resumed, twin, "kill chain grpo:3 -> ppo:3 -> dapo:2")
     assert not any((resumed.output_dir / "checkpoints").rglob("*.pt"))  # removed once FINISHED
 
 
@@ -203,9 +254,4 @@ def test_a_worker_killed_mid_run_then_resume_equals_the_twin(root, twin):
     assert resumed.parent_run_id == parent.info.run_id
     client, after = _children(resumed)
     assert client.get_run(parent.info.run_id).info.status == "FINISHED"
-    tclient, twins = _children(twin)
-    for a in ALGS:
-        assert after[a].info.status == "FINISHED"
-        h, t = _history(client, after[a]), _history(tclient, twins[a])
-        assert [s for s, _ in h[M.TRAIN_SCORE_MEAN]] == list(range(1, STEPS + 1)), a
-        assert h == t, f"{a} differs from its uninterrupted twin"
+    _assert_equals_twin(resumed, twin, "a worker killed in grpo at step 2 (mid-save)")

@@ -72,7 +72,7 @@ def _stores(tmp_path: Path) -> dict[str, str]:
     }
 
 
-def _children(client: MlflowClient, result) -> list:  # noqa: ANN001
+def _children(client: MlflowClient, result) -> list:
     exp = client.get_experiment_by_name(result.experiment)
     runs = client.search_runs([exp.experiment_id], max_results=1000)
     return [r for r in runs if r.data.tags.get("mlflow.parentRunId") == result.parent_run_id]

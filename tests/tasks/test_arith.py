@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections import Counter
 
 import pytest
 
@@ -146,7 +147,11 @@ def test_a_problems_split_does_not_depend_on_max_problems():
     "kwargs, field",
     [
         (dict(horizon=0), "task.horizon"),
-        (dict(horizon=13), "task.horizon"),
+        (dict(horizon=17), "task.horizon"),
+        (dict(horizon=[1, 1]), "task.horizon"),
+        (dict(horizon=[]), "task.horizon"),
+        (dict(horizon=[1, 4], horizon_weights=[1.0]), "task.horizon_weights"),
+        (dict(horizon=[1, 4], horizon_weights=[1.0, 0.0]), "task.horizon_weights"),
         (dict(horizon=-1), "task.horizon"),
         (dict(test_fraction=0.0), "task.test_fraction"),
         (dict(test_fraction=1.0), "task.test_fraction"),
@@ -181,3 +186,33 @@ def test_alphabet_covers_every_prompt_and_solution(tasks):
     for t in tasks.values():
         for p in list(t.eval_problems())[:200]:
             assert set(p.prompt) <= allowed and set(p.solution) <= allowed
+
+
+def _steps(prompt: str) -> int:
+    return sum(prompt.count(o) for o in "+-*")
+
+
+def test_mixed_horizons_draw_every_horizon_by_weight_and_hold_out_each():
+    """``horizon=[1, 2, 8]``: difficulty varies from prompt to prompt and shows in the prompt
+    (its length); training problems follow the weights, each horizon has its own held-out set,
+    disjoint from training, and any prefix of the held-out order spans every horizon."""
+    t = ArithTask(horizon=[8, 1, 2], horizon_weights=[1, 2, 1], eval_size=40, max_problems=4000)
+    assert t.horizons == (1, 2, 8) and t.horizon == 8
+    counts = Counter(_steps(p.prompt) for p in t.train_problems())
+    assert counts == {1: 1000, 2: 2000, 8: 1000}  # weights in ascending-horizon order
+    groups = t.eval_groups()
+    assert list(groups) == ["arith_h1", "arith_h2", "arith_h8"]
+    evals = t.eval_problems()
+    for h, idx in zip((1, 2, 8), groups.values(), strict=True):
+        assert len(idx) == 40 and {_steps(evals[i].prompt) for i in idx} == {h}
+    assert sorted(i for idx in groups.values() for i in idx) == list(range(len(evals)))
+    assert {_steps(p.prompt) for p in evals[:3]} == {1, 2, 8}
+    assert {p.prompt for p in t.train_problems()}.isdisjoint(p.prompt for p in evals)
+    assert t.grade([p.solution for p in evals], evals).scores == [1.0] * len(evals)
+    single = ArithTask(horizon=2, eval_size=40)
+    assert single.eval_groups() == {}  # one horizon: only the overall accuracy
+
+
+def test_one_horizon_in_a_list_is_the_plain_task():
+    a, b = ArithTask(horizon=3, eval_size=50), ArithTask(horizon=[3], eval_size=50)
+    assert a.train_problems() == b.train_problems() and a.eval_problems() == b.eval_problems()

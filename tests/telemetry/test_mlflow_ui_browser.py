@@ -113,7 +113,7 @@ def _dump(exe: str, url: str, budget_ms: int, profile: Path, timeout_s: float) -
     return out
 
 
-def _render(exe: str, url: str, tmp_path: Path, done) -> str:  # noqa: ANN001
+def _render(exe: str, url: str, tmp_path: Path, done) -> str:
     """Dump ``url`` with a growing virtual-time budget until ``done(dom)``; the last DOM."""
     deadline = time.monotonic() + RENDER_DEADLINE_S
     dom = ""

@@ -22,7 +22,8 @@ EXAMPLES = REPO / "examples"
 DATA_DIR = Path(os.environ.get(DATA_DIR_ENV) or REPO.parent / "shared" / "data").resolve()
 
 
-def _missing(why: str) -> None:
+def skip_or_fail(why: str) -> None:
+    """Skip on a laptop; fail under ``CI``, where nothing may be missing."""
     if os.environ.get("CI"):
         pytest.fail(f"{why}; with CI set this is a failure, not a skip")
     pytest.skip(f"{why} (with CI set this fails)")
@@ -31,7 +32,9 @@ def _missing(why: str) -> None:
 def require_data() -> Path:
     """The data folder, or skip (fail under ``CI``) when it is not there."""
     if not DATA_DIR.is_dir():
-        _missing(f"no benchmark data at {DATA_DIR} (set ${DATA_DIR_ENV} or lay out ../shared/data)")
+        skip_or_fail(
+            f"no benchmark data at {DATA_DIR} (set ${DATA_DIR_ENV} or lay out ../shared/data)"
+        )
     return DATA_DIR
 
 
@@ -40,7 +43,7 @@ def require_module(name: str) -> ModuleType:
     try:
         return importlib.import_module(name)
     except ImportError as e:
-        _missing(f"{name} is not importable ({e}); install the project's extras")
+        skip_or_fail(f"{name} is not importable ({e}); install the project's extras")
         raise  # unreachable: _missing raises
 
 

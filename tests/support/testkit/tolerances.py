@@ -16,6 +16,7 @@ workspace changes nothing) compare exactly instead, with ``torch.equal`` or ``at
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 EPS32 = torch.finfo(torch.float32).eps  # 2**-23 ~ 1.19e-7
@@ -31,7 +32,7 @@ def fp_tol(n: int, scale: float = 1.0, dtype: torch.dtype = torch.float32) -> fl
     return n * torch.finfo(dtype).eps * scale
 
 
-def logprob_atol(model) -> float:  # noqa: ANN001 - HF causal LM
+def logprob_atol(model: torch.nn.Module) -> float:
     """Absolute tolerance between fp32 log-probs of ``model`` from two forward paths (KV-cache
     decoder, HF's cache path, HF's full forward, other batch shapes): the widest reduction on
     the way to a log-prob is the hidden or MLP width (attention spans <= 40 keys here, the
@@ -63,14 +64,14 @@ def assert_close_to_scale(actual: torch.Tensor, expected: torch.Tensor, rel: flo
     torch.testing.assert_close(actual, expected, atol=rel * scale, rtol=0)
 
 
-def hf_rmsnorm_in_model_dtype(monkeypatch) -> None:  # noqa: ANN001 - pytest's fixture
+def hf_rmsnorm_in_model_dtype(monkeypatch: pytest.MonkeyPatch) -> None:
     """HF's ``LlamaRMSNorm`` casts its input to fp32 (a guard for half precision); for a float64
     model that is a downcast, fp32 rounding on HF's side only. Compute the same formula,
     ``w * x * rsqrt(mean(x**2) + eps)``, in the model's dtype for this test, so that a float64
     HF forward is float64 throughout (fastdecode's ``F.rms_norm`` already is)."""
     from transformers.models.llama import modeling_llama
 
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         variance = hidden_states.pow(2).mean(-1, keepdim=True)
         return self.weight * (hidden_states * torch.rsqrt(variance + self.variance_epsilon))
 

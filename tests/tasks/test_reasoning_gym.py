@@ -1,0 +1,135 @@
+"""Reasoning Gym datasets as tasks: disjoint splits, the dataset's own question text and scorer
+(run in the grader's sandbox), worked solutions from metadata, difficulty groups, bad input."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from benchmarks.config import compose_config
+from benchmarks.suite.plan import validate
+from benchmarks.tasks.reasoning_gym import ReasoningGymTask
+
+CHAIN = dict(min_terms=2, max_terms=5, min_digits=1, max_digits=2)
+
+
+@pytest.fixture(scope="module")
+def chain_sum():
+    task = ReasoningGymTask(
+        dataset="chain_sum", config=CHAIN, train_size=600, eval_size=120, group_by="num_terms"
+    )
+    yield task
+    task.close()
+
+
+def test_splits_are_disjoint_and_keep_the_datasets_question_text(chain_sum):
+    import reasoning_gym
+
+    train = {p.prompt for p in chain_sum.train_problems()}
+    held = chain_sum.eval_problems()
+    assert held and train.isdisjoint(p.prompt for p in held)
+    # The prompt is the generator's own question, untouched.
+    own = {
+        e["question"] for e in reasoning_gym.create_dataset("chain_sum", size=600, seed=0, **CHAIN)
+    }
+    assert train == own
+
+
+def test_worked_solutions_score_one_and_other_answers_zero(chain_sum):
+    held = list(chain_sum.eval_problems())
+    solutions = [p.solution for p in held]
+    assert all(
+        s is not None and s.endswith(f"#{p.answer}") for s, p in zip(solutions, held, strict=True)
+    )
+    assert chain_sum.grade(solutions, held).scores == [1.0] * len(held)
+    # A neighbour's answer scores 0 unless it happens to be the same number.
+    shifted = held[1:] + held[:1]
+    expected = [1.0 if a.answer == b.answer else 0.0 for a, b in zip(held, shifted, strict=True)]
+    result = chain_sum.grade([f"#{b.answer}" for b in shifted], held)
+    assert result.scores == expected and 0.0 in expected
+    garbage = chain_sum.grade(["no answer here", "", "#", "#12abc"], held[:4])
+    assert garbage.scores == [0.0] * 4 and garbage.errors == 0
+
+
+def test_the_scorer_runs_in_the_grader_sandbox(chain_sum):
+    chain_sum.grade([chain_sum.eval_problems()[0].solution], chain_sum.eval_problems()[:1])
+    pids = [w.pid for w in chain_sum.grader._pool]
+    assert pids and all(pid is not None for pid in pids)  # a worker process graded it
+
+
+def test_running_sums_are_correct_steps(chain_sum):
+    for p in list(chain_sum.train_problems())[:200]:
+        steps = p.solution.split(";")[:-1]
+        for step in steps:
+            lhs, rhs = step.split("=")
+            a, op, b = _split_op(lhs)
+            assert int(rhs) == (a + b if op == "+" else a - b), step
+        assert steps[-1].split("=")[1] == p.answer
+
+
+def _split_op(lhs: str) -> tuple[int, str, int]:
+    i = max(lhs.rfind("+"), lhs.rfind("-", 1))
+    return int(lhs[:i]), lhs[i], int(lhs[i + 1 :])
+
+
+def test_groups_follow_the_metadata_and_cover_the_held_out_set(chain_sum):
+    groups = chain_sum.eval_groups()
+    assert list(groups) == [f"chain_sum_num_terms{n}" for n in range(2, 6)]
+    held = chain_sum.eval_problems()
+    assert sorted(i for idx in groups.values() for i in idx) == list(range(len(held)))
+    for name, idx in groups.items():
+        n = int(name.removeprefix("chain_sum_num_terms"))
+        assert all(held[i].prompt.count("+") + held[i].prompt.count(" - ") == n - 1 for i in idx)
+
+
+def test_tag_format_and_datasets_without_worked_solutions():
+    task = ReasoningGymTask(
+        dataset="letter_counting", train_size=50, eval_size=20, answer_format="tag"
+    )
+    try:
+        held = list(task.eval_problems())
+        assert all(p.solution is None for p in held)
+        assert task.sft_target(held[0], random.Random(0), 0.0) == f"#{held[0].answer}"
+        right = [f"I count. <answer>{p.answer}</answer>" for p in held]
+        assert task.grade(right, held).scores == [1.0] * len(held)
+        assert task.grade([f"#{p.answer}" for p in held], held).scores == [0.0] * len(held)
+    finally:
+        task.close()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(dataset="no_such_set"), "task.dataset='no_such_set' is not a Reasoning Gym dataset"),
+        (dict(dataset="chain_sum", config={"min_termz": 2}), "min_termz"),
+        (dict(dataset="chain_sum", config={"min_terms": 5, "max_terms": 2}), "max_terms"),
+        (dict(dataset="chain_sum", answer_format="xml"), "task.answer_format='xml'"),
+        (dict(dataset="chain_sum", group_by="colour"), "task.group_by='colour'"),
+    ],
+)
+def test_bad_settings_name_the_field(kwargs, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("[", r"\[")):
+        ReasoningGymTask(train_size=20, eval_size=10, **kwargs).close()
+
+
+def test_suite_validation_reports_bad_settings_before_any_compute():
+    from algorithms import ConfigError
+
+    with pytest.raises(ConfigError, match="not a Reasoning Gym dataset"):
+        validate(compose_config(["task=reasoning_gym", "task.dataset=nope"]))
+    # The tiny model's positions must hold the dataset's longest prompt plus the response.
+    with pytest.raises(ConfigError, match="max_position_embeddings"):
+        validate(compose_config(["task=reasoning_gym", "task.train_size=50", "task.eval_size=20"]))
+    plan = validate(
+        compose_config(
+            [
+                "task=reasoning_gym",
+                "task.train_size=50",
+                "task.eval_size=20",
+                "model.max_position_embeddings=256",
+            ]
+        )
+    )
+    assert plan.task.dataset == "chain_sum"
+    plan.task.close()
