@@ -150,6 +150,17 @@ def _print_result(result) -> None:
         if r.status == "FINISHED":
             phases.add_row(r.algorithm, *(f"{r.metrics[M.wall_phase(p)]:.2f}" for p in M.PHASES))
     console.print(phases)
+    for seed, info in sorted(result.warmstart.items()):
+        d = info.get("difficulty")
+        if d:  # how much the start leaves to learn (benchmarks/evaluation/difficulty.py)
+            groups = ", ".join(f"{g} {v:.2f}" for g, v in d["groups"].items())
+            console.print(
+                f"start, seed {seed}: {d['mid_fraction']:.0%} of {d['prompts']} held-out prompts "
+                f"solved by 10-90% of samples; mean success {d['mean']:.2f} (never "
+                f"{d['never_fraction']:.0%}, always {d['always_fraction']:.0%})"
+                + (f"; by group: {groups}" if groups else ""),
+                soft_wrap=True,
+            )
     if result.plot:
         console.print(f"plot:    {result.plot}")
     if result.report:

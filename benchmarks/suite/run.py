@@ -348,6 +348,14 @@ def _finish(result: SuiteResult, plan: SuitePlan, parent: MlflowTracker) -> None
     """The plot and report, logged to the parent run."""
     from analysis import eval_points, load_runs, plot_panels, write_report
 
+    start = {}
+    for seed, info in result.warmstart.items():
+        d = info.get("difficulty")
+        if d:  # the start's per-prompt success rates (benchmarks/evaluation/difficulty.py)
+            start.update({f"start/s{seed}/{k}": d[k] for k in M.START_DIFFICULTY_KEYS})
+            start.update({f"start/s{seed}/{g}/mean": v for g, v in d["groups"].items()})
+    if start:
+        parent.log_metrics(start, step=0)
     df = load_runs(parent_run_id=result.parent_run_id, tracking_uri=result.tracking_uri)
     if df.empty:
         return

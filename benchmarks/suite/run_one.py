@@ -45,10 +45,13 @@ def load_start_model(
         return build_tiny_llama(spec, len(tokenizer), seed=seed)
 
     ws = dict(plan.warmstart)
+    # Not part of the warm start's identity: measured on it, after.
+    prompts = int(ws.pop("difficulty_prompts", 0) or 0)
+    samples = int(ws.pop("difficulty_samples", 0) or 0)
     if not ws.pop("enabled", True) or not isinstance(task, CharTask):
         return build(), {"steps": 0, "val_accuracy": float("nan"), "cached": False, "path": None}
     identity = {"task": plan.task_node, "model": plan.model.node}
-    return warm_start(
+    model, info = warm_start(
         task=task,
         build_model=build,
         tokenizer=tokenizer,
@@ -58,6 +61,23 @@ def load_start_model(
         cache_dir=plan.cache_dir,
         max_new_tokens=int(plan.task_node["max_new_tokens"]),
     )
+    if prompts > 0 and samples > 0:
+        from benchmarks.evaluation.difficulty import measure_difficulty
+
+        trainer = plan.resolved["trainer"]
+        measured = measure_difficulty(
+            model,
+            tokenizer,
+            task,
+            prompts=prompts,
+            samples=samples,
+            temperature=float(trainer["temperature"]),
+            top_p=float(trainer["top_p"]),
+            max_new_tokens=int(plan.task_node["max_new_tokens"]),
+            cache=Path(info["path"]) / "difficulty.json",
+        )
+        info["difficulty"] = measured["summary"]
+    return model, info
 
 
 def load_hf(plan: SuitePlan) -> tuple[torch.nn.Module, Any]:

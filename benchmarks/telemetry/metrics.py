@@ -18,6 +18,7 @@ __all__ = [
     "COMPUTE_ROLLOUT_TOKENS",
     "COMPUTE_WALL_S",
     "MEMORY_PEAK_BYTES",
+    "START_DIFFICULTY_KEYS",
     "TAG_ALGORITHM",
     "TAG_BUDGET_KIND",
     "TAG_ENGINE",
@@ -48,6 +49,11 @@ MEMORY_PEAK_BYTES = "memory/peak_bytes"
 COMPUTE_AXES = (COMPUTE_FLOPS, COMPUTE_ROLLOUT_TOKENS, COMPUTE_ROLLOUT_SAMPLES, COMPUTE_WALL_S)
 #: Phases the FLOP and wall-clock counters are split into.
 PHASES = ("rollout", "reward", "logprob", "reference", "critic", "update", "eval")
+
+# --- the start's difficulty, per seed on the suite's parent run: start/s<seed>/<key> ---------
+#: mid_fraction: share of held-out prompts with a success rate in [0.1, 0.9] at the training
+#: temperature; never/always: solved by no sample / every sample (benchmarks.evaluation.difficulty).
+START_DIFFICULTY_KEYS = ("mean", "std", "mid_fraction", "never_fraction", "always_fraction")
 
 
 def flops_phase(phase: str) -> str:
