@@ -2,8 +2,10 @@
 
 The model is a real tiny Llama with the character tokenizer, fine-tuned for 100 steps on `arith`
 (worked chains) so its accuracy sits strictly between 0 and 1: pass@k > avg@k is then a real
-check, not 0 >= 0. MATH-500 goes through the math-verify process pool with the same model (its
-answers are wrong; the point is that the pool runs end to end and counts no errors).
+check, not 0 >= 0. MATH-500 goes through the math-verify process pool with the same model, on the
+problems whose answer is 0 first (the model writes ``000...`` to text it cannot read), so some
+verdicts are 1. Every logged row is re-graded on its own and every logged number recomputed from
+the rows: a grader, task or table that scored rows wrongly cannot pass on plausible numbers.
 """
 
 from __future__ import annotations
@@ -12,20 +14,25 @@ import json
 import math
 import sys
 from dataclasses import replace
+from math import comb
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from benchmarks.evaluation.cli import main
 from benchmarks.evaluation.evaluate import TaskEval, evaluate_model, load_model, summarise
 from benchmarks.evaluation.settings import EvalRequest, parse_settings
 from benchmarks.tasks.arith import ArithTask
+from benchmarks.tasks.base import TaskProblem
 from benchmarks.tasks.datasets import DATASETS
+from benchmarks.tasks.grading import Grader
 from benchmarks.telemetry import metrics as M
 from benchmarks.telemetry.metrics import avg_at_name, pass_at_name, pass_ks
-from testkit.paths import DATA_DIR
+from testkit.paths import DATA_DIR, needs_data
 from testkit.stores import last_eval_run
+from testkit.tolerances import fp_tol
 
 ARITH_LIMIT = 50
 K = 4
@@ -44,6 +51,35 @@ def _table(client, run, name: str, dst: Path) -> list[dict]:
     path = client.download_artifacts(run.info.run_id, f"eval_samples/{name}.json", str(dst))
     blob = json.loads(Path(path).read_text())
     return [dict(zip(blob["columns"], row, strict=True)) for row in blob["data"]]
+
+
+def _problems(rows: list[dict]) -> list[TaskProblem]:
+    return [TaskProblem(id=r["id"], prompt=r["prompt"], answer=r["answer"]) for r in rows]
+
+
+def _check_metrics_are_the_rows(rows: list[dict], m: dict, task: str, n: int, k: int) -> None:
+    """Every logged number of ``task`` follows from its logged rows (already re-graded by the
+    caller): accuracy is the mean greedy verdict, avg@k the mean sampled one, pass@j the
+    unbiased estimator from each problem's count of correct samples, with exact binomials."""
+    greedy = [r for r in rows if r["kind"] == "greedy"]
+    sampled = [r for r in rows if r["kind"] == "sample"]
+    assert len(greedy) == n and len(sampled) == n * k and len(rows) == n * (1 + k)
+    ids = [r["id"] for r in greedy]
+    assert [r["id"] for r in sampled] == [i for i in ids for _ in range(k)]
+    assert [r["sample"] for r in sampled] == list(range(k)) * n
+    assert m[M.eval_metric(task, "problems")] == n
+    assert m[M.eval_metric(task, "accuracy")] == math.fsum(r["verdict"] for r in greedy) / n
+    correct = [
+        round(math.fsum(r["verdict"] for r in sampled[i * k : (i + 1) * k])) for i in range(n)
+    ]
+    # The harness sums per-problem means (and pass@j's product form) in its own order: float64
+    # rounding of n*k terms of magnitude <= 1.
+    tol = fp_tol(n * k, 1.0, torch.float64)
+    avg = math.fsum(c / k for c in correct) / n
+    assert m[M.eval_metric(task, avg_at_name(k))] == pytest.approx(avg, abs=tol)
+    for j in pass_ks(k):
+        exact = math.fsum(1 - comb(k - c, j) / comb(k, j) for c in correct) / n
+        assert m[M.eval_metric(task, pass_at_name(j))] == pytest.approx(exact, abs=tol), j
 
 
 def test_cli_arith_metrics_table_and_greedy_agreement(tiny_model, store, tmp_path, capsys):
@@ -96,20 +132,41 @@ def test_cli_arith_metrics_table_and_greedy_agreement(tiny_model, store, tmp_pat
     assert acc == pytest.approx(ref.accuracy, abs=1e-12)
 
     rows = _table(client, run, "arith", tmp_path)
-    assert len(rows) == ARITH_LIMIT * (1 + K)
     assert set(rows[0]) >= {"id", "prompt", "response", "extracted", "verdict", "kind", "sample"}
     greedy = [r for r in rows if r["kind"] == "greedy"]
-    sampled = [r for r in rows if r["kind"] == "sample"]
     assert [r["response"] for r in greedy] == ref.responses
-    assert sum(r["verdict"] for r in greedy) / ARITH_LIMIT == pytest.approx(acc)
-    assert sum(r["verdict"] for r in sampled) / len(sampled) == pytest.approx(avg)
-    assert sorted({r["sample"] for r in sampled}) == list(range(K))
+    assert [r["prompt"] for r in greedy] == [p.prompt for p in task.eval_problems()[:ARITH_LIMIT]]
+    # Each row re-graded by the task's own grader, on the logged response and gold alone.
+    regraded = task.grade([r["response"] for r in rows], _problems(rows)).scores
+    assert [r["verdict"] for r in rows] == regraded
     for r in rows:
         assert r["extracted"] == ArithTask.extract(r["response"])
-        assert r["verdict"] == float(r["extracted"] == r["answer"])
+    _check_metrics_are_the_rows(rows, m, "arith", ARITH_LIMIT, K)
 
 
+def _zero_answers_first(dst: Path) -> list[str]:
+    """MATH-500 laid out as a data directory, its problems whose answer is 0 first (the rest in
+    file order); returns the ids in the new order.
+
+    The fixture model writes the digits it knows, mostly ``0000...``, after text it cannot read,
+    so on these problems some verdicts are 1: a pool, a task or a table that scored every row 0
+    fails, which on the file's own first ten problems (none of them answered 0) it would not.
+    """
+    src = DATA_DIR / DATASETS["math500"].path
+    lines = src.read_text(encoding="utf-8").splitlines()
+    rows = [json.loads(line) for line in lines]
+    order = sorted(range(len(rows)), key=lambda i: rows[i]["answer"] != "0")  # stable
+    out = dst / DATASETS["math500"].path
+    out.parent.mkdir(parents=True)
+    out.write_text("".join(lines[i] + "\n" for i in order), encoding="utf-8")
+    return [rows[i]["id"] for i in order]
+
+
+@needs_data
 def test_math500_through_the_math_verify_pool(tiny_model, store, tmp_path):
+    """MATH-500 through the math-verify process pool: each logged row, re-graded on its own by a
+    pool of ours, has the logged verdict, and the logged numbers are those of the rows."""
+    ids = _zero_answers_first(tmp_path / "data")
     code = main(
         [
             f"model={tiny_model}",
@@ -117,7 +174,7 @@ def test_math500_through_the_math_verify_pool(tiny_model, store, tmp_path):
             "k=2",
             "limit=10",
             "max_new_tokens=16",
-            f"data_dir={DATA_DIR}",
+            f"data_dir={tmp_path / 'data'}",
             "grader_timeout_s=1.0",
             "threads=1",
             f"tracking.uri={store}",
@@ -130,12 +187,18 @@ def test_math500_through_the_math_verify_pool(tiny_model, store, tmp_path):
     # The model's samples include towers such as `1111111**1100000` (seconds of big-integer
     # work): such an item times out, scores 0 and is counted, and the run goes on.
     assert m[M.GRADER_TIMEOUTS] == m[M.eval_metric("math500", "grader_timeouts")] <= 3
-    assert m[M.eval_metric("math500", "problems")] == 10
-    assert 0.0 <= m[M.eval_metric("math500", avg_at_name(2))] <= 1.0
     rows = _table(client, run, "math500", tmp_path)
-    assert len(rows) == 10 * (1 + 2)
-    assert rows[0]["id"] == "test/precalculus/807.json"
-    assert rows[0]["prompt"].startswith("Question: ")
+    greedy = [r for r in rows if r["kind"] == "greedy"]
+    assert [r["id"] for r in greedy] == ids[:10]
+    assert greedy[0]["prompt"].startswith("Question: ")
+    # Row by row, so that an item that times out here is known: it scores 0, as it did there.
+    with Grader("math_verify", timeout_s=1.0) as grader:
+        for r in rows:
+            g = grader.grade([r["response"]], [r["answer"]])
+            assert g.errors == 0
+            assert r["verdict"] == (0.0 if g.timeouts else g.scores[0]), r
+    assert {r["verdict"] for r in rows} == {0.0, 1.0}
+    _check_metrics_are_the_rows(rows, m, "math500", 10, 2)
 
 
 def test_evaluate_model_is_seeded_and_takes_trainer_tasks(tiny_model):
