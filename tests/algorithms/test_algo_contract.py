@@ -102,17 +102,42 @@ def test_advantage_and_return_shapes(algo, seed):
         assert torch.isfinite(returns).all() and not returns.requires_grad
 
 
-def test_masked_values_never_matter(algo):
+def _reading_every_input(name: str) -> Algorithm:
+    """``name`` with its KL-in-reward switched on where its config has that field, so that
+    ``token_kl`` is an input it reads."""
+    fields = {f.name for f in dataclasses.fields(get_algorithm(name).Config)}
+    return get_algorithm(name, **({"kl_in_reward": True} if "kl_in_reward" in fields else {}))
+
+
+def test_masked_values_never_matter(name):
+    """Garbage at masked positions of every (B, T) input (token values, the KL term, which
+    every algorithm gets: one that ignores it must ignore it) changes no advantage or return;
+    and where the algorithm reads an input, a change at a valid position does change them, so
+    the check looks at tensors that are read."""
+    algo = _reading_every_input(name)
     batch = make_batch(algo, seed=7)
     mask = batch["response_mask"]
+    if batch.get("token_kl") is None:
+        batch["token_kl"] = torch.rand(mask.shape, generator=torch.Generator().manual_seed(8))
     adv, returns = algo.advantages(**batch)
-    for key in ("values", "token_kl"):
-        if batch.get(key) is not None and batch[key].shape == mask.shape:
-            for fill in (float("nan"), 1e30, -1e30):
-                garbage = dict(batch, **{key: with_garbage(batch[key], mask, fill)})
-                adv2, returns2 = algo.advantages(**garbage)
-                assert torch.equal(adv, adv2)
-                assert (returns is None and returns2 is None) or torch.equal(returns, returns2)
+    assert torch.isfinite(adv).all() and (adv[~mask] == 0).all()
+    inputs = [k for k in ("values", "token_kl") if batch.get(k) is not None]
+    inputs = [k for k in inputs if batch[k].shape == mask.shape]
+    assert "token_kl" in inputs
+    for key in inputs:
+        for fill in (float("nan"), 1e30, -1e30):
+            garbage = dict(batch, **{key: with_garbage(batch[key], mask, fill)})
+            adv2, returns2 = algo.advantages(**garbage)
+            assert torch.equal(adv, adv2), (key, fill)
+            assert (returns is None and returns2 is None) or torch.equal(returns, returns2)
+    read = {"values"} if algo.critic == "token" else set()
+    read |= {"token_kl"} if algo.kl_in_reward else set()
+    for key in read:  # a valid position moved: the algorithm does read this input
+        moved = batch[key].clone()
+        moved[0, 0] += 1.0  # row 0 has at least one valid token
+        adv3, returns3 = algo.advantages(**dict(batch, **{key: moved}))
+        changed = not torch.equal(adv, adv3)
+        assert changed or (returns is not None and not torch.equal(returns, returns3)), key
 
 
 def test_shaping_and_filter_contract(algo):

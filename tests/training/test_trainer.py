@@ -14,7 +14,12 @@ from benchmarks.telemetry import metrics as M
 from benchmarks.telemetry.meter import Budget
 from benchmarks.telemetry.tracking import NullTracker
 from benchmarks.training.modeling import ValueModel, build_tiny_llama
-from testkit.tolerances import F64_SAME_MATH, assert_close_to_scale, hf_rmsnorm_in_model_dtype
+from testkit.tolerances import (
+    F64_SAME_MATH,
+    assert_close_to_scale,
+    fp_tol,
+    hf_rmsnorm_in_model_dtype,
+)
 from testkit.trainers import MAX_NEW, OVERRIDES, SPEC, SPS, FirstDigitTask, make_trainer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -280,18 +285,52 @@ def test_token_critic_fast_path_gives_hf_values_and_gradients(start, tok, arith,
         assert_close_to_scale(a, b, F64_SAME_MATH)  # to the scale: elements near 0 cancel
 
 
+class _RecordingEngine:
+    """The trainer's engine, unchanged, keeping the rollouts it returns."""
+
+    def __init__(self, inner):
+        self.inner, self.rollouts = inner, []
+
+    def generate(self, prompts, **kw):
+        self.rollouts.append(self.inner.generate(prompts, **kw))
+        return self.rollouts[-1]
+
+    def sync_weights(self):
+        self.inner.sync_weights()
+
+
 def test_critic_trains_apart_from_the_policy(start, tok, dense):
-    """PPO's critic warm-up: the critic learns from step 0, the actor only from step 1."""
-    tracker = NullTracker()
+    """PPO's critic warm-up: the critic learns from step 0, the actor only from step 1. Learns:
+    its value loss on the step's own batch falls (tests/training/test_learning.py checks that
+    it predicts held-out rollouts)."""
     alg = get_algorithm("ppo", critic_warmup_steps=1)
     trainer = make_trainer(
-        alg, start, tok, dense, Budget(kind="samples", limit=SPS), tracker=tracker
+        alg, start, tok, dense, Budget(kind="samples", limit=SPS), critic_lr=1e-2
     )
-    trainer.train()
-    assert trainer.step == 1
+    trainer.engine = _RecordingEngine(trainer.engine)
+    stats = trainer.train_step()
     assert _same_params(trainer.policy, start)  # warm-up: no actor update yet
-    assert torch.count_nonzero(trainer.critic.head.weight) > 0
-    assert series(tracker, M.CRITIC_LOSS) and not series(tracker, M.TRAIN_POLICY_LOSS)
+    assert M.CRITIC_LOSS in stats and M.TRAIN_POLICY_LOSS not in stats
+    (ro,) = trainer.engine.rollouts
+    # The zero-head critic valued every token 0, so with gamma = lambda = 1 and no KL every
+    # valid token's return is the outcome R: before the step the loss is 0.5 * mean R^2.
+    rewards = torch.tensor(dense.grade(ro.texts, [None] * SPS).scores)
+    mask = ro.response_mask
+    returns = rewards[:, None] * mask
+    before = 0.5 * (returns**2 * mask).sum() / mask.sum()
+    # two fp32 token-means of the same terms (each <= 0.5), summed in other orders
+    assert stats[M.CRITIC_LOSS] == pytest.approx(float(before), abs=fp_tol(int(mask.sum())))
+    ids = torch.cat([ro.prompt_ids, ro.response_ids], 1)
+    full = torch.cat([ro.prompt_mask, mask], 1)
+    pos = (full.cumsum(-1) - 1).clamp(min=0).long()
+    P, T = ro.prompt_ids.shape[1], ro.response_ids.shape[1]
+    with torch.no_grad():
+        values = trainer.critic(ids, full.long(), pos)[:, P - 1 : P - 1 + T]
+    after = 0.5 * ((values - returns) ** 2 * mask).sum() / mask.sum()
+    assert after < 0.95 * before, (float(after), float(before))  # observed 0.81
+    trainer.step += 1
+    stats = trainer.train_step()  # past the warm-up: the actor updates
+    assert M.TRAIN_POLICY_LOSS in stats and not _same_params(trainer.policy, start)
 
 
 # --- (f) non-finite losses ----------------------------------------------------------------------
