@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from algorithms import Algorithm, ConfigError
+from algorithms.common import kl_penalty
 from benchmarks import faults
 from benchmarks.engines.fastdecode import prefix_hidden, supports_backbone
 from benchmarks.engines.rollout import Rollout, RolloutEngine
@@ -282,7 +283,9 @@ class RLTrainer:
                     values = self._critic_values(ro)
 
         # advantages
-        token_kl = (old_lp - ref_lp) * mask if (alg.kl_in_reward and ref_lp is not None) else None
+        token_kl = None
+        if alg.kl_in_reward and ref_lp is not None:  # the algorithm's own estimator (k1, k3)
+            token_kl = kl_penalty(old_lp, ref_lp, alg.config.kl_penalty) * mask
         adv, returns = alg.advantages(
             batch.rewards,
             mask,

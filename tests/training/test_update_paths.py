@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from algorithms import Algorithm, get_algorithm
+from algorithms.common import kl_penalty
 from benchmarks.engines.rollout import Rollout
 from benchmarks.tasks.arith import ArithTask
 from benchmarks.telemetry.meter import Budget
@@ -334,3 +335,33 @@ def test_ppo_kl_in_reward_has_the_penalty_sign(start64, tok, mixed):
     # The opposite sign lands elsewhere, by far more than the tolerance above.
     assert _max_gap(trainer.policy, flipped, policy0) > 1e3 * F64_SAME_MATH
     assert _max_gap(trainer.critic, flipped_critic, critic0) > 1e3 * F64_SAME_MATH
+
+
+@pytest.mark.parametrize("estimator", ["k1", "k3"])
+def test_kl_in_reward_uses_the_configured_estimator(start64, tok, mixed, monkeypatch, estimator):
+    """``kl_penalty`` decides the in-reward ``token_kl`` the algorithm receives: k3 (non-negative,
+    verl's low_var_kl) is not silently replaced by k1."""
+    alg = get_algorithm("ppo", kl_in_reward=True, kl_coef=0.5, kl_penalty=estimator)
+    trainer = _trainer(alg, start64, tok, mixed)
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for p in trainer.policy.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    seen: dict[str, torch.Tensor] = {}
+    original = alg.advantages
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen["token_kl"] = kwargs["token_kl"]
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(alg, "advantages", spy)
+    policy0, _, ro = _one_step(trainer)
+    with torch.no_grad():
+        expected = kl_penalty(_logprobs(policy0, ro), _logprobs(start64, ro), estimator)
+    mask = ro.response_mask.to(expected.dtype)
+    got = seen["token_kl"]
+    scale = float((expected * mask).abs().max())
+    assert scale > 1e-3  # the policy is off the reference: the estimators differ
+    torch.testing.assert_close(got, expected * mask, atol=F64_SAME_MATH * scale, rtol=0.0)
+    if estimator == "k3":
+        assert float(got.min()) >= 0.0  # k3 is never negative; k1 is, somewhere
