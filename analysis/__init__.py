@@ -11,10 +11,13 @@ notebook or CI job can analyse a store without the training stack. Typical use::
     plot_training_curves(df)                  # train/score_mean, entropy, critic EV over compute
     plot_calibration(load_calibration(df))    # SPPO's critic: sigmoid(v) vs success rate
     plot_accuracy_vs_horizon(points)          # suite=horizon: final accuracy per horizon
+    verdicts(points)                          # paired verdicts on the suite's claims
     write_report(df, "reports/default-suite")
 
 Uncertainty follows rliable (dict[algorithm] -> array(runs, tasks)): stratified bootstrap
 intervals, IQM, probability of improvement (docs/design.md §6; the shapes follow rliable).
+Comparisons of two algorithms pair them by seed (:mod:`analysis.verdicts`): a paired bootstrap
+over seeds, a minimum detectable effect, and a verdict on each claim (docs/design.md §8).
 """
 
 from ._common import (
@@ -73,6 +76,15 @@ from .tables import (
     to_latex,
     to_markdown,
 )
+from .verdicts import (
+    PairedEstimate,
+    describe_verdicts,
+    difficulty_groups,
+    paired_difference,
+    paired_ratio_of_means,
+    rollouts_to_match,
+    verdicts,
+)
 
 __all__ = [
     "ALGORITHM_ORDER",
@@ -88,6 +100,8 @@ __all__ = [
     "compute_to_target",
     "Curve",
     "describe_compute_to_target",
+    "describe_verdicts",
+    "difficulty_groups",
     "eval_points",
     "expected_calibration_error",
     "final_scores",
@@ -108,6 +122,9 @@ __all__ = [
     "memory_table",
     "order_algorithms",
     "order_datasets",
+    "PairedEstimate",
+    "paired_difference",
+    "paired_ratio_of_means",
     "plot_accuracy_table",
     "plot_accuracy_vs_compute",
     "plot_accuracy_vs_horizon",
@@ -118,6 +135,7 @@ __all__ = [
     "probability_of_improvement",
     "probability_of_improvement_ci",
     "resolve_tracking_uri",
+    "rollouts_to_match",
     "saturating_curve",
     "SaturatingFit",
     "save_figure",
@@ -127,5 +145,6 @@ __all__ = [
     "throughput_table",
     "to_latex",
     "to_markdown",
+    "verdicts",
     "write_report",
 ]

@@ -6,7 +6,9 @@ index). `aligned_curves` stacks them into array(runs, points) per algorithm, wit
 each point the mean over seeds of the chosen compute counter (budgets in tokens make FLOPs or
 wall-clock differ slightly per seed). `score_dict` gives the rliable shape
 array(runs, datasets) of final scores. `compute_to_target` answers "SPPO reaches GRPO's final
-accuracy with x times fewer rollout tokens" by linear interpolation on the mean curves.
+accuracy with x times fewer rollout tokens" by linear interpolation on the mean curves, with a
+paired interval over seeds (:mod:`analysis.verdicts`) so that a ratio within noise is never told
+as a win.
 """
 
 from __future__ import annotations
@@ -33,6 +35,13 @@ from ._common import (
     axis_label,
     order_algorithms,
     order_datasets,
+)
+from .verdicts import (
+    first_crossing,
+    format_ratio,
+    paired_ratio_of_means,
+    seed_curves,
+    seed_finals,
 )
 
 __all__ = [
@@ -176,22 +185,6 @@ def score_dict(
     return out
 
 
-def _first_crossing(x: np.ndarray, y: np.ndarray, target: float) -> float:
-    """Smallest x where the piecewise-linear curve (x, y) reaches target; NaN if it never does."""
-    keep = ~(np.isnan(x) | np.isnan(y))
-    x, y = x[keep], y[keep]
-    order = np.argsort(x, kind="stable")
-    x, y = x[order], y[order]
-    hits = np.flatnonzero(y >= target)
-    if hits.size == 0:
-        return float("nan")
-    i = int(hits[0])
-    if i == 0:
-        return float(x[0])
-    x0, x1, y0, y1 = x[i - 1], x[i], y[i - 1], y[i]
-    return float(x0 + (target - y0) * (x1 - x0) / (y1 - y0))
-
-
 def compute_to_target(
     points: pd.DataFrame,
     x: str = COMPUTE_ROLLOUT_TOKENS,
@@ -200,6 +193,9 @@ def compute_to_target(
     *,
     target: float | None = None,
     reference: str = REFERENCE,
+    reps: int = 2000,
+    seed: int = 0,
+    confidence: float = 0.95,
 ) -> pd.DataFrame:
     """Compute each algorithm needs for its mean-over-seeds accuracy to first reach a target.
 
@@ -207,11 +203,22 @@ def compute_to_target(
     reference (the baselines): "how much compute does SPPO need to match the best baseline".
     Between eval points the mean curve is interpolated linearly.
 
+    The ratio to the reference also gets a paired interval over seeds (every algorithm of a seed
+    shares its warm start): per seed present for both, each curve's own crossing of the target
+    (with the default target, the target baseline's final of that seed), and the ratio of means
+    over seeds resampled together (:func:`analysis.verdicts.paired_ratio_of_means`; a seed whose
+    curve never reaches the target is censored: counted at the compute it spent for one end of
+    the interval and as infinite for the other, so it widens the interval towards "unknown").
+
     Returns:
         One row per algorithm: dataset, algorithm, target, target_source (the baseline that set
-        the default target, else ``"given"``), compute (NaN if never reached), reached, and
-        ``ratio_to_reference`` = compute / reference's compute: the reference reaches the target
-        with that many times less compute (NaN without a reference crossing).
+        the default target, else ``"given"``), compute (NaN if never reached), reached,
+        ``ratio_to_reference`` = compute / reference's compute on the mean curves: the reference
+        reaches the target with that many times less compute (NaN without a reference crossing);
+        ``ratio_paired``, ``ratio_lo``, ``ratio_hi``: the per-seed ratio of means and its 95%
+        paired bootstrap interval (NaN with fewer than two paired seeds, and on the reference's
+        row); ``n_seeds`` paired, ``n_unreached`` of them where either curve never reached the
+        target; ``resolved``: the interval excludes 1 (None on the reference's row).
     """
     curves = aligned_curves(points, x=x, dataset=dataset, metric=metric)
     ds = _single_dataset(points, dataset)["dataset"].iloc[0]
@@ -223,22 +230,102 @@ def compute_to_target(
             raise ValueError("no baseline besides the reference to take a default target from")
         source = max(finals, key=finals.__getitem__)
         target = float(finals[source])
-    crossings = {a: _first_crossing(c.x, c.mean, target) for a, c in curves.items()}
+    crossings = {a: first_crossing(c.x, c.mean, target) for a, c in curves.items()}
     ref = crossings.get(reference, float("nan"))
-    rows = [
-        {
-            "dataset": ds,
-            "algorithm": algo,
-            "x": x,
-            "target": target,
-            "target_source": source,
-            "compute": c,
-            "reached": bool(np.isfinite(c)),
-            "ratio_to_reference": c / ref if np.isfinite(ref) and ref > 0 else float("nan"),
-        }
-        for algo, c in crossings.items()
-    ]
+    rows = []
+    for i, (algo, c) in enumerate(crossings.items()):
+        paired = {**_PAIRED_NONE, "resolved": None} if algo == reference else _PAIRED_NONE
+        if algo != reference and reference in curves:
+            paired = _paired_ratio(
+                points, x, ds, metric, algo, reference, target, source,
+                reps=reps, seed=seed + i, confidence=confidence,
+            )  # fmt: skip
+        rows.append(
+            {
+                "dataset": ds,
+                "algorithm": algo,
+                "x": x,
+                "target": target,
+                "target_source": source,
+                "compute": c,
+                "reached": bool(np.isfinite(c)),
+                "ratio_to_reference": c / ref if np.isfinite(ref) and ref > 0 else float("nan"),
+                **paired,
+            }
+        )
     return pd.DataFrame(rows)
+
+
+_PAIRED_NONE: dict[str, object] = {
+    "ratio_paired": float("nan"),
+    "ratio_lo": float("nan"),
+    "ratio_hi": float("nan"),
+    "n_seeds": 0,
+    "n_unreached": 0,
+    "resolved": False,
+}
+
+
+def _bounds(xs: np.ndarray, ys: np.ndarray, target: float) -> tuple[float, float] | None:
+    """(lower, upper) compute to reach target on one seed's curve: the crossing twice, or the
+    compute spent and inf when it never reaches; None for a curve without compute."""
+    c = first_crossing(xs, ys, target)
+    if np.isfinite(c):
+        return c, c
+    finite = xs[np.isfinite(xs)]
+    return (float(finite.max()), float("inf")) if finite.size else None
+
+
+def _paired_ratio(
+    points: pd.DataFrame,
+    x: str,
+    dataset: str,
+    metric: str,
+    algo: str,
+    reference: str,
+    target: float,
+    source: str,
+    *,
+    reps: int,
+    seed: int,
+    confidence: float,
+) -> dict[str, object]:
+    """compute(algo) / compute(reference) to the target, per seed, as a paired ratio of means."""
+    other = seed_curves(points, algo, dataset, x, metric)
+    ref = seed_curves(points, reference, dataset, x, metric)
+    per_seed_target: pd.Series | None = None
+    if source != "given":
+        finals = seed_finals(points, dataset, metric)
+        per_seed_target = finals[source] if source in finals.columns else pd.Series(dtype=float)
+    num_lo, num_hi, den_lo, den_hi, unreached = [], [], [], [], 0
+    for s, (xs, ys) in other.items():
+        if s not in ref:
+            continue
+        t = target if per_seed_target is None else float(per_seed_target.get(s, np.nan))
+        if not np.isfinite(t):
+            continue
+        num, den = _bounds(xs, ys, t), _bounds(*ref[s], t)
+        if num is None or den is None:
+            continue
+        num_lo.append(num[0])
+        num_hi.append(num[1])
+        den_lo.append(den[0])
+        den_hi.append(den[1])
+        unreached += int(np.isinf(num[1]) or np.isinf(den[1]))
+    est, lo, hi, _ = paired_ratio_of_means(
+        np.array(num_lo), np.array(num_hi), np.array(den_lo), np.array(den_hi),
+        reps=reps, seed=seed, confidence=confidence,
+    )  # fmt: skip
+    n = len(num_lo)
+    return {
+        "ratio_paired": est,
+        "ratio_lo": lo,
+        "ratio_hi": hi,
+        "n_seeds": n,
+        "n_unreached": unreached,
+        # the reference needs less (lo > 1) or more (hi < 1) compute than algo, beyond noise
+        "resolved": bool(n >= 2 and (lo > 1 or hi < 1)),
+    }
 
 
 #: How a sentence names an amount of each compute counter, and whether it is counted.
@@ -251,15 +338,30 @@ _AMOUNTS: dict[str, tuple[str, str]] = {
 }
 
 
+def _number(row: pd.Series, column: str, default: float = float("nan")) -> float:
+    value = row.get(column, default)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return default
+
+
 def describe_compute_to_target(table: pd.DataFrame, reference: str = REFERENCE) -> list[str]:
     """One sentence per baseline, e.g. "sppo reaches 0.450 accuracy on math500 (grpo's final)
-    with 2.7x fewer rollout tokens than grpo"."""
+    with 2.7x fewer rollout tokens than grpo (95% paired interval over 5 seeds: 1.9x to 3.6x)".
+
+    A ratio is told as a win or a loss only when its paired interval over seeds
+    (:func:`compute_to_target`) excludes 1; inside it the sentence says "the same ... within
+    noise", and without an interval (fewer than two paired seeds) it is marked "not resolved"
+    with the mean curves' ratio as a point estimate. No ratio is printed as a bare "1.00x".
+    """
     if reference not in set(table["algorithm"]):
         return [f"No {reference} runs: no compute-to-target ratios."]
     lines = []
     for _, row in table.iterrows():
         if row["algorithm"] == reference:
             continue
+        other = row["algorithm"]
         what, fewer = _AMOUNTS.get(row["x"], (axis_label(row["x"]), "fewer"))
         goal = f"{row['target']:.3g} accuracy on {row['dataset']}"
         if row["target_source"] != "given":
@@ -271,15 +373,55 @@ def describe_compute_to_target(table: pd.DataFrame, reference: str = REFERENCE) 
             if ref_row.empty or not bool(ref_row["reached"].iloc[0]):
                 lines.append(f"{reference} does not reach {goal}.")
             else:
-                lines.append(f"{row['algorithm']} does not reach {goal}; {reference} does.")
-        elif ratio >= 1:
+                lines.append(f"{other} does not reach {goal}; {reference} does.")
+            continue
+        lo, hi = _number(row, "ratio_lo"), _number(row, "ratio_hi")
+        n = int(_number(row, "n_seeds", 0.0))
+        if n >= 2 and not (np.isnan(lo) or np.isnan(hi)):
+            paired = _number(row, "ratio_paired", ratio)
+            seeds = f"95% paired interval over {n} seeds"
+            missed = int(_number(row, "n_unreached", 0.0))
+            if missed:
+                seeds += f", {missed} where a curve never reached the target"
+            if lo > 1:
+                lines.append(
+                    f"{reference} reaches {goal} with {format_ratio(paired)}x {fewer} {what} "
+                    f"than {other} ({seeds}: {format_ratio(lo)}x to {format_ratio(hi)}x)."
+                )
+            elif hi < 1:
+                lines.append(
+                    f"{reference} needs {format_ratio(1 / paired)}x more {what} than {other} "
+                    f"to reach {goal} ({seeds}: {format_ratio(1 / hi)}x to "
+                    f"{format_ratio(1 / lo)}x)."
+                )
+            elif np.isinf(hi) or lo <= 0:  # a censored seed: the interval is unbounded
+                lines.append(
+                    f"not resolved at this power: the {what} {reference} and {other} need to "
+                    f"reach {goal} "
+                    f"(ratio {other}/{reference} {format_ratio(paired)}, {seeds}: "
+                    f"{format_ratio(lo)} to {format_ratio(hi)})."
+                )
+            else:
+                lines.append(
+                    f"{reference} and {other} need the same {what} to reach {goal} within "
+                    f"noise (ratio {other}/{reference} {format_ratio(paired)}, {seeds}: "
+                    f"{format_ratio(lo)} to {format_ratio(hi)})."
+                )
+            continue
+        why = "one curve per algorithm" if n == 1 else "no paired seeds"
+        head = f"not resolved (no interval: {why}): on the mean curves"
+        if abs(ratio - 1) < 0.005:
             lines.append(
-                f"{reference} reaches {goal} with {ratio:.2f}x {fewer} {what} than "
-                f"{row['algorithm']}."
+                f"{head} {reference} and {other} need about the same {what} to reach {goal}."
+            )
+        elif ratio > 1:
+            lines.append(
+                f"{head} {reference} reaches {goal} with {format_ratio(ratio)}x {fewer} {what} "
+                f"than {other}."
             )
         else:
             lines.append(
-                f"{reference} needs {1 / ratio:.2f}x more {what} than {row['algorithm']} "
+                f"{head} {reference} needs {format_ratio(1 / ratio)}x more {what} than {other} "
                 f"to reach {goal}."
             )
     return list(dict.fromkeys(lines))  # "sppo does not reach" once, not once per baseline

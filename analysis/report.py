@@ -52,6 +52,7 @@ from .tables import (
     to_latex,
     to_markdown,
 )
+from .verdicts import describe_verdicts, verdicts
 
 __all__ = ["log_report_to_mlflow", "write_report"]
 
@@ -180,6 +181,8 @@ def write_report(
         "(±1.96 s.e. of the eval with one seed)",
         "",
     ]
+    if has_points:
+        _verdicts_section(w, points, metric, reference, reps, seed)
     if not has_points:
         w.section("Accuracy", f"No `eval/*/{metric}` points were logged: nothing to plot.")
 
@@ -235,7 +238,11 @@ def write_report(
         for x in [a for a in (COMPUTE_ROLLOUT_TOKENS, *x_axes) if a in x_axes]:
             for ds in order_datasets(points["dataset"].unique()):
                 try:
-                    targets.append(compute_to_target(points, x, ds, metric, reference=reference))
+                    targets.append(
+                        compute_to_target(
+                            points, x, ds, metric, reference=reference, reps=reps, seed=seed
+                        )
+                    )
                 except ValueError as err:
                     logger.info("no compute-to-target on %s / %s: %s", ds, x, err)
         if targets:
@@ -249,7 +256,11 @@ def write_report(
             w.section(
                 "Compute to target",
                 "Compute at which the mean over seeds first reaches the target (default: the best "
-                "final accuracy among the baselines), interpolated linearly between eval points.",
+                "final accuracy among the baselines), interpolated linearly between eval points. "
+                "A ratio is told as fewer or more only when its 95% paired bootstrap interval over "
+                "seeds (each seed's curves, the target baseline's final of that seed) excludes 1 "
+                "(`resolved` in the table); a seed whose curve never reaches the target counts "
+                "at the compute it spent for one end of the interval and as infinite for the other.",
                 *[f"- {s}" for s in sentences],
             )
             w.table("compute_to_target", f"Compute to target, relative to {reference}", table)
@@ -264,7 +275,9 @@ def write_report(
         if not improvement.empty:
             w.table(
                 "improvement",
-                f"Probability of improvement P({reference} > other) on final {metric}",
+                f"Probability of improvement P({reference} > other) on final {metric}, 95% "
+                "bootstrap interval (runs resampled independently); resolved: the interval "
+                "excludes 0.5, with two or more runs a side",
                 improvement,
             )
 
@@ -301,6 +314,26 @@ def write_report(
     report.write_text("\n".join(w.lines).rstrip() + "\n")
     logger.info("wrote %s (%d files)", report, len(w.files) + 1)
     return report
+
+
+def _verdicts_section(
+    w: _Writer, points: pd.DataFrame, metric: str, reference: str, reps: int, seed: int
+) -> None:
+    """The report's opening: one line per (claim, task) of :func:`analysis.verdicts.verdicts`."""
+    table = verdicts(points, reference, metric=metric, reps=reps, seed=seed)
+    if table.empty:
+        return
+    w.section(
+        "Verdicts",
+        "The suite's claims, each with its effect, the 95% paired bootstrap interval over seeds "
+        "(every algorithm of a seed starts from the same warm start, so seeds are resampled "
+        "together), a verdict, and the smallest effect this seed count detects with 80% power "
+        "(normal approximation). A difference holds when its interval is above 0 and does not "
+        "hold when below; a compute ratio holds when its interval is below 1, does not hold "
+        "when above, else the compute is the same within noise.",
+        "",
+        *describe_verdicts(table),
+    )
 
 
 _DYNAMICS = (TRAIN_SCORE_MEAN, TRAIN_ENTROPY, CRITIC_EXPLAINED_VAR)

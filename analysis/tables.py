@@ -311,12 +311,23 @@ def improvement_table(
 ) -> pd.DataFrame:
     """P(reference > other) on final scores over seeds, task-averaged over benchmarks.
 
-    Columns: algorithm_x, algorithm_y, probability, lo, hi.
+    Columns: algorithm_x, algorithm_y, probability, lo, hi, n_runs_x, n_runs_y, and
+    ``resolved``: the interval excludes 0.5 (a coin flip), with two or more runs on each side.
+    With one run a side the bootstrap has no spread to resample and its interval collapses onto
+    the estimate, so a 1.0 from one seed each is not resolved. The interval resamples the two
+    algorithms' runs independently (rliable's definition), so it ignores the pairing by seed:
+    :func:`analysis.verdicts.paired_difference` is the paired comparison.
     """
     scores = score_dict(points, metric, datasets)
-    return improvement_estimates(
+    table = improvement_estimates(
         scores, reference=reference, reps=reps, confidence=confidence, seed=seed
     )
+    runs = {algo: int(np.asarray(s).shape[0]) for algo, s in scores.items()}
+    n_x = table["algorithm_x"].map(runs).fillna(0).astype(int)
+    n_y = table["algorithm_y"].map(runs).fillna(0).astype(int)
+    enough = (n_x >= 2) & (n_y >= 2)
+    outside = (table["lo"].astype(float) > 0.5) | (table["hi"].astype(float) < 0.5)
+    return table.assign(n_runs_x=n_x, n_runs_y=n_y, resolved=(enough & outside).astype(bool))
 
 
 # --- text writers --------------------------------------------------------------------------

@@ -161,6 +161,15 @@ def _print_result(result) -> None:
                 + (f"; by group: {groups}" if groups else ""),
                 soft_wrap=True,
             )
+    from benchmarks.suite.headroom import headroom
+
+    checks = headroom(result.runs, result.warmstart)
+    console.print(
+        f"headroom ({sum(c.holds for c in checks)}/{len(checks)} hold; a testbed that fails one "
+        "cannot separate the algorithms it compares):"
+    )
+    for c in checks:
+        console.print(f"  {c.line()}", soft_wrap=True, markup=False)
     if result.plot:
         console.print(f"plot:    {result.plot}")
     if result.report:

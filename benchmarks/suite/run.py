@@ -349,13 +349,20 @@ def _finish(result: SuiteResult, plan: SuitePlan, parent: MlflowTracker) -> None
     from analysis import eval_points, load_runs, plot_panels, write_report
 
     start = {}
-    for seed, info in result.warmstart.items():
+    for key, info in result.warmstart.items():
         d = info.get("difficulty")
         if d:  # the start's per-prompt success rates (benchmarks/evaluation/difficulty.py)
-            start.update({f"start/s{seed}/{k}": d[k] for k in M.START_DIFFICULTY_KEYS})
-            start.update({f"start/s{seed}/{g}/mean": v for g, v in d["groups"].items()})
-    if start:
-        parent.log_metrics(start, step=0)
+            # "<seed>", or "<grid key>=<value>/<seed>" for a grid; "=" is not allowed in names.
+            point, _, seed = key.rpartition("/")
+            name = "start/" + (f"{point.replace('=', '_')}/" if point else "") + f"s{seed}"
+            start.update({f"{name}/{k}": d[k] for k in M.START_DIFFICULTY_KEYS})
+            start.update({f"{name}/{g}/mean": v for g, v in d["groups"].items()})
+    from benchmarks.suite.headroom import headroom
+
+    checks = headroom(result.runs, result.warmstart)
+    start.update({f"suite/headroom/{c.name}": c.value for c in checks if c.value == c.value})
+    start["suite/headroom/holds"] = float(sum(c.holds for c in checks))
+    parent.log_metrics(start, step=0)
     df = load_runs(parent_run_id=result.parent_run_id, tracking_uri=result.tracking_uri)
     if df.empty:
         return

@@ -5,6 +5,7 @@ with known answers."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -38,9 +39,18 @@ def _report(micro_suite, tmp_path: Path, *selector: str) -> tuple[Path, str]:
     return out, result.parent_run_id
 
 
-def test_report_writes_every_file_it_lists_and_logs_them(micro_suite, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def by_run_id(micro_suite, tmp_path_factory) -> tuple[Path, str]:
+    """The report of the micro suite's parent run, written once for the tests that read it."""
     result, _ = micro_suite
-    out, parent = _report(micro_suite, tmp_path, "--run-id", result.parent_run_id)
+    return _report(
+        micro_suite, tmp_path_factory.mktemp("by_run_id"), "--run-id", result.parent_run_id
+    )
+
+
+def test_report_writes_every_file_it_lists_and_logs_them(micro_suite, by_run_id) -> None:
+    result, _ = micro_suite
+    out, parent = by_run_id
     text = (out / "report.md").read_text()
     links = set(re.findall(r"\]\(([^)\s]+)\)", text))
     for name in links:
@@ -87,12 +97,75 @@ def test_report_unknown_experiment_fails_cleanly(micro_suite, tmp_path: Path, ca
     assert rc == 2 and "no-such" in capsys.readouterr().err
 
 
-def test_load_calibration_from_the_store(micro_suite) -> None:
+def _logged_calibration(micro_suite, tmp_path: Path) -> tuple[str, list[dict]]:
+    """The sppo run's id and its ``critic_calibration.json`` rows, parsed here from MLflow's
+    table layout (``{"columns": [...], "data": [[...], ...]}``), not through analysis."""
     result, _ = micro_suite
+    client = MlflowClient(tracking_uri=result.tracking_uri)
+    (run,) = [r for r in result.runs if r.algorithm == "sppo"]
+    path = client.download_artifacts(run.run_id, "critic_calibration.json", str(tmp_path / "cal"))
+    blob = json.loads(Path(path).read_text())
+    return run.run_id, [dict(zip(blob["columns"], row, strict=True)) for row in blob["data"]]
+
+
+def _calibration_by_hand(rows: list[dict], bins: int = 10) -> dict[str, float]:
+    """The report's calibration row from the logged predictions and success rates: the
+    prompt-weighted mean over equal-width bins [b/bins, (b+1)/bins) (the last one closed) of
+    |mean predicted - mean empirical|, the means, the bins that hold a prompt."""
+    gaps, used = 0.0, 0
+    for b in range(bins):
+        lo, hi = b / bins, (b + 1) / bins
+        inside = [
+            r for r in rows if lo <= r["predicted"] and (r["predicted"] < hi or b == bins - 1)
+        ]
+        if inside:
+            used += 1
+            mean_p = sum(r["predicted"] for r in inside) / len(inside)
+            mean_e = sum(r["empirical"] for r in inside) / len(inside)
+            gaps += len(inside) * abs(mean_p - mean_e)
+    return {
+        "prompts": len(rows),
+        "ece": gaps / len(rows),
+        "mean_predicted": sum(r["predicted"] for r in rows) / len(rows),
+        "mean_empirical": sum(r["empirical"] for r in rows) / len(rows),
+        "bins_used": used,
+    }
+
+
+def test_report_calibration_table_from_the_logged_predictions(
+    micro_suite, by_run_id, tmp_path: Path
+) -> None:
+    """calibration.csv is what the logged per-prompt table gives when summarised by hand.
+    (The micro suite's barely trained critic may put every prompt in one bin; the binning
+    itself is checked on known answers by test_calibration_bins_and_ece_by_hand.)"""
+    _, cfg = micro_suite
+    _, rows = _logged_calibration(micro_suite, tmp_path)
+    k = cfg.trainer.calibration_samples
+    assert len(rows) == min(cfg.trainer.calibration_prompts, cfg.task.eval_size)
+    for r in rows:  # an empirical rate is a count of k samples; a prediction is a sigmoid
+        assert r["k"] == k and (r["empirical"] * k).is_integer() and 0 < r["predicted"] < 1
+    (table,) = pd.read_csv(by_run_id[0] / "calibration.csv").to_dict("records")
+    want = _calibration_by_hand(rows)
+    assert (table["algorithm"], table["runs"]) == ("sppo", 1)
+    assert (table["prompts"], table["bins_used"]) == (want["prompts"], want["bins_used"])
+    # Means of n <= 200 values in [0, 1] summed in two orders (numpy's pairwise sums, Python's
+    # left to right), then a CSV round trip whose parser may return a neighbouring float: a
+    # few n * eps64 (~2e-13), orders below what a dropped row or swapped column moves them by.
+    tol = 4 * len(rows) * np.finfo(np.float64).eps
+    for key in ("ece", "mean_predicted", "mean_empirical"):
+        assert table[key] == pytest.approx(want[key], abs=tol, rel=0), key
+
+
+def test_load_calibration_from_the_store(micro_suite, tmp_path: Path) -> None:
+    result, cfg = micro_suite
+    run_id, rows = _logged_calibration(micro_suite, tmp_path)
     df = load_runs(parent_run_id=result.parent_run_id, tracking_uri=result.tracking_uri)
     cal = load_calibration(df)  # the store comes from df.attrs
-    assert set(cal["algorithm"]) == {"sppo"} and len(cal) > 0
-    assert cal["predicted"].between(0, 1).all() and cal["empirical"].between(0, 1).all()
+    assert set(cal["algorithm"]) == {"sppo"} and set(cal["run_id"]) == {run_id}
+    # exactly the logged rows, in order, with the run's identity
+    assert cal[["prompt", "predicted", "empirical", "k"]].to_dict("records") == rows
+    assert (cal["seed"] == 0).all() and (cal["task"] == "arith").all()
+    assert (cal["horizon"] == cfg.task.horizon).all()
     by_id = load_calibration(df["run_id"].unique(), result.tracking_uri)
     assert by_id[["prompt", "predicted", "empirical"]].equals(
         cal[["prompt", "predicted", "empirical"]]

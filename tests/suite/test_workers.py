@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import logging
 import signal
 import subprocess
@@ -10,6 +12,7 @@ import textwrap
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -30,18 +33,59 @@ from testkit.paths import REPO
 from testkit.suites import MICRO
 
 
-def _histories(result) -> dict[str, list[tuple[int, float]]]:
+def _dump_histories() -> Any:
+    """scripts/dump_histories.py, imported from its path: every deterministic metric history
+    of an experiment's newest suite, the dump a refactor is checked with."""
+    spec = importlib.util.spec_from_file_location(
+        "dump_histories", REPO / "scripts" / "dump_histories.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _histories(result, out: Path) -> dict[str, dict[str, list[list[float]]]]:
+    _dump_histories().main(result.tracking_uri, str(out), result.experiment)
+    return json.loads(out.read_text())
+
+
+#: Params naming where a suite writes or how many processes run it: they differ by design.
+PATH_PARAMS = {"jobs", "tracking.uri", "cache_dir", "output_dir"}
+#: Tags that differ between any two invocations: the parent run's id (a child's
+#: ``mlflow.parentRunId``) and the parent's config hash, which covers the paths above.
+RUN_TAGS = {"mlflow.parentRunId", "sppo_bench.config_hash"}
+
+
+def _identity(result, dst: Path) -> dict[str, Any]:
+    """Per run (the parent as ``suite``): status, params, tags and, for a child run, the
+    contents of its table artifacts, less what legitimately differs between two stores. (The
+    session's suite parent also collects the reports other tests write: its files are not
+    compared.)"""
     client = MlflowClient(result.tracking_uri)
     out = {}
-    for r in result.runs:
-        run = client.get_run(r.run_id)
-        assert run.data.tags["mlflow.parentRunId"] == result.parent_run_id
-        assert run.info.status == "FINISHED"
-        hist = client.get_metric_history(r.run_id, M.eval_metric("arith", "accuracy"))
-        out[r.algorithm] = sorted((m.step, m.value) for m in hist)
+    runs = [("suite", result.parent_run_id)] + [
+        (f"{r.algorithm}-s{r.seed}", r.run_id) for r in result.runs
+    ]
+    for name, run_id in runs:
+        run = client.get_run(run_id)
+        files = {}
+        if name != "suite":
+            root = Path(client.download_artifacts(run_id, "", str(dst / name)))
+            for f in sorted(root.rglob("*.json")):
+                files[str(f.relative_to(root))] = json.loads(f.read_text())
+        out[name] = {
+            "status": run.info.status,
+            "name": run.info.run_name,
+            "params": {k: v for k, v in run.data.params.items() if k not in PATH_PARAMS},
+            "tags": {k: v for k, v in run.data.tags.items() if k not in RUN_TAGS},
+            "tables": files,
+        }
+        if name != "suite":
+            assert run.data.tags["mlflow.parentRunId"] == result.parent_run_id
     return out
 
 
+@pytest.mark.slow  # two spawned workers: ~40-60 s on 2 loaded cores
 def test_two_workers_reproduce_the_one_process_suite(micro_suite, tmp_path, caplog):
     """Same config, its own store and an empty warm-start cache: the warm start is trained in a
     worker, the four runs are split over two processes, and every number matches."""
@@ -69,7 +113,27 @@ def test_two_workers_reproduce_the_one_process_suite(micro_suite, tmp_path, capl
             assert a.metrics[key] == b.metrics[key], key
     assert par.warmstart["0"]["val_accuracy"] == serial.warmstart["0"]["val_accuracy"]
     assert par.warmstart["0"]["cached"] is False  # trained in a worker, not read from a cache
-    assert _histories(par) == _histories(serial)
+    # Every deterministic metric's every point (all but wall time and memory), bit for bit.
+    hp, hs = _histories(par, tmp_path / "par.json"), _histories(serial, tmp_path / "serial.json")
+    assert sorted(hp) == sorted(hs) == sorted(f"{r.algorithm}-s{r.seed}" for r in serial.runs)
+    for run in hs:
+        assert sorted(hp[run]) == sorted(hs[run]), run
+        assert len(hp[run]) > 20, run  # train/, critic/, compute/, eval/, grader/ histories
+        for key in hs[run]:
+            assert hp[run][key] == hs[run][key], (run, key)
+    # Every param, tag and table artifact, but those that name the store, paths and run ids.
+    ip, iserial = _identity(par, tmp_path / "par"), _identity(serial, tmp_path / "serial")
+    assert ip.keys() == iserial.keys()
+    for run in iserial:
+        for part in ("status", "name", "params", "tags", "tables"):
+            assert ip[run][part] == iserial[run][part], (run, part)
+    assert iserial["sppo-s0"]["tables"].keys() == {
+        "critic_calibration.json",
+        "eval_samples/arith_start.json",
+        "eval_samples/arith_final.json",
+    }
+    par_params = MlflowClient(par.tracking_uri).get_run(par.runs[0].run_id).data.params
+    assert (par_params["jobs"], par_params["tracking.uri"]) == ("2", par.tracking_uri)
     assert par.plot is not None and par.plot.exists()
     # the workers' log records reach this process's handlers
     worker_records = [r for r in caplog.records if r.processName != "MainProcess"]

@@ -16,6 +16,8 @@ from mlflow.tracking import MlflowClient
 
 from benchmarks.telemetry import metrics as M
 from sweeps import (
+    TAG_STUDY,
+    TAG_TRIAL,
     TAG_TRIAL_STATE,
     SpecError,
     check_spec,
@@ -78,6 +80,43 @@ def _children(client: MlflowClient, result) -> list:
     return [r for r in runs if r.data.tags.get("mlflow.parentRunId") == result.parent_run_id]
 
 
+def _values_are_the_runs_accuracies(
+    stores: dict[str, str], experiment: str, studies: list[str]
+) -> list[list[float]]:
+    """Each trial's objective (read from the Optuna storage) is its MLflow child run's last
+    logged eval/arith/accuracy, and each value it reported for pruning is the accuracy logged
+    at that evaluation (index 0 is the shared warm start, never reported). Returns, per
+    COMPLETE trial, its run's accuracy history."""
+    client = MlflowClient(stores["tracking_uri"])
+    key = M.eval_metric("arith", "accuracy")
+    exp = client.get_experiment_by_name(experiment)
+    complete = []
+    for name in studies:
+        for t in optuna.load_study(study_name=name, storage=stores["storage"]).trials:
+            if t.state.name not in ("COMPLETE", "PRUNED"):
+                continue
+            (run,) = client.search_runs(
+                [exp.experiment_id],
+                filter_string=f"tags.{TAG_STUDY} = '{name}' AND tags.{TAG_TRIAL} = '{t.number}'",
+            )
+            if t.state.name == "COMPLETE":
+                assert t.user_attrs["mlflow_run_id"] == run.info.run_id
+            points = sorted(
+                (m.step, m.value) for m in client.get_metric_history(run.info.run_id, key)
+            )
+            accs = [v for _, v in points]
+            # a pruned run stops inside the evaluation it was pruned at: that one is not logged
+            logged = {i: v for i, v in t.intermediate_values.items() if i < len(accs)}
+            assert logged == {i: accs[i] for i in logged}, t.number
+            assert len(logged) >= len(t.intermediate_values) - (t.state.name == "PRUNED")
+            if t.state.name == "COMPLETE":
+                assert sorted(t.intermediate_values) == list(range(1, len(accs)))
+                assert t.value == accs[-1], (t.number, t.value, accs)
+                complete.append(accs)
+    return complete
+
+
+@pytest.mark.slow  # two spawned workers: ~40-60 s on 2 loaded cores
 def test_parallel_sweep_two_workers_with_a_failing_trial(tmp_path, base):
     """4 trials over 2 algorithms (equal effort) on 2 workers; one trial's point cannot run
     (mini_batches=3 does not divide 32 samples): it is FAIL with its error, the rest complete."""
@@ -133,6 +172,11 @@ def test_parallel_sweep_two_workers_with_a_failing_trial(tmp_path, base):
     }
     artifacts = {a.path for a in client.list_artifacts(result.parent_run_id, "sweep")}
     assert {"sweep/sweep_summary.md", "sweep/sweep_summary.json"} <= artifacts
+    complete = _values_are_the_runs_accuracies(stores, result.experiment, result.studies)
+    assert len(complete) == 3
+    # Training moved some trial's accuracy off the warm start's (2 of 3 here), so a value taken
+    # from any evaluation but the last could not pass.
+    assert any(accs[-1] != accs[0] for accs in complete), complete
 
 
 def test_resume_ends_with_exactly_the_requested_trials(tmp_path, base):
@@ -164,6 +208,7 @@ def test_resume_ends_with_exactly_the_requested_trials(tmp_path, base):
     sweeps = [r for r in runs if r.data.tags.get(M.TAG_ROLE) == "sweep"]
     assert len(sweeps) == 1  # the resumed sweep continues its parent run
     assert len(runs) == 1 + 3
+    assert len(_values_are_the_runs_accuracies(stores, exp.name, ["res"])) == 2
 
 
 def test_median_pruner_stops_a_collapsing_learning_rate(tmp_path, base):
@@ -194,6 +239,7 @@ def test_median_pruner_stops_a_collapsing_learning_rate(tmp_path, base):
     assert pruned.info.status == "KILLED"
     assert pruned.data.metrics[M.COMPUTE_ROLLOUT_SAMPLES] < 64  # stopped before the budget's end
     assert result.best[0].number in (0, 1)
+    assert len(_values_are_the_runs_accuracies(stores, result.experiment, result.studies)) == 2
 
 
 BAD_SPECS = [

@@ -8,6 +8,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from mlflow.tracking import MlflowClient
+
 from benchmarks.telemetry import metrics as M
 
 
@@ -27,8 +29,9 @@ def _post(base: str, path: str, body: dict) -> dict:
         return json.loads(r.read())
 
 
-def test_ui_api_shows_parent_children_and_history(server):
+def test_ui_api_shows_parent_children_and_history(server, micro_suite):
     base, result = server
+    _, cfg = micro_suite
     exp = _get(base, "/api/2.0/mlflow/experiments/get-by-name", experiment_name=result.experiment)
     exp_id = exp["experiment"]["experiment_id"]
     parent = _get(base, "/api/2.0/mlflow/runs/get", run_id=result.parent_run_id)["run"]
@@ -53,12 +56,31 @@ def test_ui_api_shows_parent_children_and_history(server):
         for r in found
         if any(t["key"] == M.TAG_ALGORITHM and t["value"] == "sppo" for t in r["data"]["tags"])
     )
-    hist = _get(
-        base,
-        "/api/2.0/mlflow/metrics/get-history",
-        run_id=sppo["info"]["run_id"],
-        metric_key=M.COMPUTE_ROLLOUT_SAMPLES,
-    )["metrics"]
-    steps = [m["step"] for m in hist]
-    values = [m["value"] for m in sorted(hist, key=lambda m: (m["step"], m["timestamp"]))]
-    assert len(set(steps)) > 3 and values == sorted(values) and values[-1] > 0
+    run_id = sppo["info"]["run_id"]
+
+    def history(key: str) -> list[tuple[int, float]]:
+        hist = _get(base, "/api/2.0/mlflow/metrics/get-history", run_id=run_id, metric_key=key)
+        return sorted((int(m["step"]), float(m["value"])) for m in hist["metrics"])
+
+    # sppo samples one response per prompt, samples_per_step per step, until the budget's limit:
+    # the chart's points are known from the config alone.
+    sps, limit = cfg.trainer.samples_per_step, cfg.budget.limit
+    assert history(M.COMPUTE_ROLLOUT_SAMPLES) == [
+        (s, float(s * sps)) for s in range(limit // sps + 1)
+    ]
+    # Every chart of the run shows what the store holds, point for point (read through the
+    # Python client, not the server), and its latest values are the histories' last points.
+    client = MlflowClient(result.tracking_uri)
+    stored = client.get_run(run_id).data.metrics
+    latest = {m["key"]: m["value"] for m in sppo["data"]["metrics"]}
+    assert set(latest) == set(stored) and len(latest) > 20
+    for key in stored:
+        points = history(key)
+        assert points == sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
+        assert latest[key] == stored[key] == points[-1][1], key
+    # ... and the accuracy curve is the one the suite reported for sppo.
+    (summary,) = [r for r in result.runs if r.algorithm == "sppo"]
+    accuracy = history(M.eval_metric("arith", "accuracy"))
+    assert (accuracy[0][1], accuracy[-1][1]) == (summary.start_accuracy, summary.final_accuracy)
+    # evaluated where the step's samples reach each budget fraction
+    assert [s for s, _ in accuracy] == [round(f * limit / sps) for f in cfg.budget.eval_fractions]
