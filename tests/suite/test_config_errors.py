@@ -54,8 +54,14 @@ CASES = [
     (["trainer.nope=1"], ["trainer.nope=1", "unknown key 'nope'", "'samples_per_step'"]),
     (["task.horizon=17"], ["task.horizon=17", "[1, 16]"]),
     (["task.horizon=[2,2]"], ["task.horizon=[2, 2]", "twice"]),
-    (["task.horizon=[1,4]", "task.horizon_weights=[1]"], ["task.horizon_weights=[1.0]", "one positive weight per horizon"]),
-    (["task=gsm8k"], ["task=gsm8k", "only speaks ['arith', 'reasoning_gym']", "model.name_or_path"]),
+    (
+        ["task.horizon=[1,4]", "task.horizon_weights=[1]"],
+        ["task.horizon_weights=[1.0]", "one positive weight per horizon"],
+    ),
+    (
+        ["task=gsm8k"],
+        ["task=gsm8k", "only speaks ['arith', 'reasoning_gym']", "model.name_or_path"],
+    ),
     (
         ["task=gsm8k", "model=hf", "model.name_or_path=x", "task.data_dir=/nonexistent/data"],
         ["dataset 'gsm8k_train'", "/nonexistent/data/gsm8k/train.jsonl", "task.data_dir=DIR"],
