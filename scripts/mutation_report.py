@@ -1,0 +1,304 @@
+"""Mutation testing of the algorithms and the trainer's step: run mutmut, then score it.
+
+``make mutants`` runs both steps (docs/mutation.md says what the numbers mean and lists every
+surviving mutant: why it is equivalent, or why it is left alive):
+
+    python scripts/mutation_report.py run --max-children 2   # fresh mutmut run over SCOPE
+    python scripts/mutation_report.py report --check          # score per module, fail on news
+
+mutmut mutates whole files (``[tool.mutmut] only_mutate``); it cannot restrict itself to some
+functions of a file, but ``mutmut run`` takes mutant-name patterns. So every function of
+``benchmarks/training/trainer.py`` gets mutants, only those of the step (``train_step``,
+``_update`` and what they call in that file) are run, and the rest are counted as out of scope.
+
+The report reads mutmut's result files (``mutants/**/*.py.meta``) and the equivalent mutants
+listed in docs/mutation.md (a table row whose first cell is the mutant's name in backticks). With
+``--check`` it fails when a scope misses its target, when a survivor is neither listed as
+equivalent nor as a known survivor (a new one: kill it or justify it), or when a listed mutant
+was killed or no longer exists (mutant numbers shift when a function changes: relist them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MUTANTS = REPO / "mutants"
+DOC = REPO / "docs" / "mutation.md"
+
+TRAINER = "benchmarks.training.trainer"
+_S = "\u01c1"  # mutmut's class separator in mangled names: x<S>Class<S>method
+#: The trainer's step: train_step, _update and everything they call in trainer.py.
+STEP_METHODS = (
+    "train_step",
+    "_draw_more",
+    "_fits",
+    "_gen_cost",
+    "_rollout",
+    "_meter_rollout",
+    "_reward",
+    "_kept_batch",
+    "_on_policy",
+    "_teacher_forced",
+    "_critic_values",
+    "_seq_flops",
+    "_critic_flops",
+    "_update",
+    "_critic_update",
+    "_actor_update",
+    "_count_skip",
+)
+#: mutmut mutant-name patterns (fnmatch) of everything in scope.
+SCOPE: dict[str, tuple[str, ...]] = {
+    "algorithms": ("algorithms.*",),
+    "trainer step": (
+        f"{TRAINER}.x_rollout_logprob_mismatch__mutmut_*",
+        f"{TRAINER}.x{_S}PromptStream{_S}take__mutmut_*",
+        f"{TRAINER}.x{_S}_Batch{_S}*__mutmut_*",
+        *(f"{TRAINER}.x{_S}RLTrainer{_S}{m}__mutmut_*" for m in STEP_METHODS),
+    ),
+}
+#: Least share of non-equivalent mutants killed, per scope.
+TARGETS = {"algorithms": 0.90, "trainer step": 0.80}
+
+# mutmut's exit codes (mutmut.stats.status_by_exit_code), folded into what the score needs.
+_KILLED = {1, 3, 37}  # test failure, pytest internal error, type check
+_TIMEOUT = {36, -24, 24, 152, 255}
+_SURVIVED = {0, 5, 33}  # tests passed; no test ran (5, 33) counts as survived
+
+
+@dataclass
+class Row:
+    """Counts of one module (or one scope)."""
+
+    total: int = 0
+    killed: int = 0
+    timeout: int = 0
+    equivalent: int = 0
+    survived: list[str] = field(default_factory=list)
+    other: list[str] = field(default_factory=list)  # not run, suspicious, segfault
+
+    def add(self, other: Row) -> None:
+        self.total += other.total
+        self.killed += other.killed
+        self.timeout += other.timeout
+        self.equivalent += other.equivalent
+        self.survived += other.survived
+        self.other += other.other
+
+    @property
+    def score(self) -> float:
+        """Killed (timeouts included) over the non-equivalent mutants."""
+        live = self.total - self.equivalent
+        return (self.killed + self.timeout) / live if live else 1.0
+
+
+def scope_of(key: str) -> str | None:
+    for scope, patterns in SCOPE.items():
+        if any(fnmatch.fnmatchcase(key, p) for p in patterns):
+            return scope
+    return None
+
+
+def module_of(key: str) -> str:
+    return key.partition(f".x{_S}")[0].partition(".x_")[0]
+
+
+def load_results() -> dict[str, int | None]:
+    """``{mutant name: exit code}`` of every mutant mutmut generated (None: not run)."""
+    metas = sorted(MUTANTS.rglob("*.py.meta"))
+    if not metas:
+        sys.exit(f"no mutmut results under {MUTANTS}: run `make mutants` first")
+    out: dict[str, int | None] = {}
+    for meta in metas:
+        out.update(json.loads(meta.read_text())["exit_code_by_key"])
+    return out
+
+
+_NAME = re.compile(r"^\|\s*`([\w.\u01c1]+__mutmut_\d+)`")
+
+
+def listed(section: str) -> set[str]:
+    """Mutant names in the tables of the docs/mutation.md section whose heading starts with
+    ``section`` (up to the next heading of the same or a higher level)."""
+    names: set[str] = set()
+    inside, level = False, 0
+    for line in DOC.read_text().splitlines():
+        if line.startswith("#"):
+            hashes = len(line) - len(line.lstrip("#"))
+            if inside and hashes <= level:
+                inside = False
+            if line.lstrip("#").strip().startswith(section):
+                inside, level = True, hashes
+            continue
+        if inside and (m := _NAME.match(line)):
+            names.add(m.group(1))
+    return names
+
+
+def tally(
+    results: dict[str, int | None], equivalent: set[str]
+) -> tuple[dict[str, dict[str, Row]], int]:
+    """Rows per scope and module, and the number of out-of-scope mutants."""
+    rows: dict[str, dict[str, Row]] = {s: {} for s in SCOPE}
+    out_of_scope = 0
+    for key, code in sorted(results.items()):
+        scope = scope_of(key)
+        if scope is None:
+            out_of_scope += 1
+            continue
+        row = rows[scope].setdefault(module_of(key), Row())
+        row.total += 1
+        if key in equivalent:
+            row.equivalent += 1
+        elif code in _KILLED:
+            row.killed += 1
+        elif code in _TIMEOUT:
+            row.timeout += 1
+        elif code in _SURVIVED:
+            row.survived.append(key)
+        else:
+            row.other.append(key)
+    return rows, out_of_scope
+
+
+def markdown(rows: dict[str, dict[str, Row]], out_of_scope: int) -> str:
+    """The score table of docs/mutation.md (killed includes timeouts)."""
+    lines = [
+        "| scope | module | killed | total | equivalent | survived | score |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for scope, modules in rows.items():
+        whole = Row()
+        for name, row in sorted(modules.items()):
+            whole.add(row)
+            lines.append(
+                f"| {scope} | `{name}` | {row.killed + row.timeout} | {row.total} | "
+                f"{row.equivalent} | {len(row.survived) + len(row.other)} | {row.score:.1%} |"
+            )
+        lines.append(
+            f"| **{scope}** | all | **{whole.killed + whole.timeout}** | **{whole.total}** | "
+            f"**{whole.equivalent}** | **{len(whole.survived) + len(whole.other)}** | "
+            f"**{whole.score:.1%}** |"
+        )
+    lines.append("")
+    lines.append(f"Out of scope (generated in trainer.py, not run): {out_of_scope} mutants.")
+    return "\n".join(lines)
+
+
+def mutmut() -> str:
+    return str(Path(sys.executable).with_name("mutmut"))
+
+
+def source_path(key: str) -> Path:
+    """The source file of a mutant (relative to the repository, as mutmut names it)."""
+    module = module_of(key)
+    path = Path(*module.split("."))
+    return path / "__init__.py" if (REPO / path).is_dir() else path.with_suffix(".py")
+
+
+def diff(key: str) -> str:
+    """The mutant's unified diff against the original function (what ``mutmut show`` prints)."""
+    from mutmut.mutation.diff_apply import get_diff_for_mutant
+
+    os.chdir(REPO)  # mutmut reads its config and mutants/ relative to the working directory
+    return get_diff_for_mutant(key, path=source_path(key))
+
+
+def changed_lines(key: str) -> list[str]:
+    """The ``-``/``+`` lines of the mutant's diff, stripped."""
+    return [
+        line[0] + " " + line[1:].strip()
+        for line in diff(key).splitlines()
+        if line[:1] in "-+" and not line.startswith(("---", "+++"))
+    ]
+
+
+def pytest_collection_modifyitems(items: list) -> None:
+    """pytest hook, active in ``run``'s mutmut only (``-p mutation_report``): cheapest test
+    modules first, by the durations mutmut measured, so that a mutant a fast algorithm test kills
+    is not first run through the trainer tests (``-x`` stops at the first failure). A module's
+    tests keep their order and stay together (module fixtures are built once)."""
+    stats = Path("mutmut-stats.json")  # the working directory is mutants/
+    durations = json.loads(stats.read_text())["duration_by_test"] if stats.exists() else {}
+    cost: dict[str, float] = {}
+    for nodeid, seconds in durations.items():
+        module = nodeid.partition("::")[0]
+        cost[module] = cost.get(module, 0.0) + seconds
+    items.sort(key=lambda item: cost.get(item.nodeid.partition("::")[0], 0.0))
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """A fresh mutmut run over SCOPE (results of an earlier run are discarded)."""
+    patterns = [p for ps in SCOPE.values() for p in ps]
+    shutil.rmtree(MUTANTS, ignore_errors=True)
+    MUTANTS.mkdir()
+    # mutmut puts mutants/ first on sys.path: this file is the test-order plugin there.
+    shutil.copy2(__file__, MUTANTS / "mutation_report.py")
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "PYTEST_ADDOPTS": f"{os.environ.get('PYTEST_ADDOPTS', '')} -p mutation_report".strip(),
+    }
+    cmd = [mutmut(), "run", "--max-children", str(args.max_children), *patterns]
+    sys.stdout.write(f"{' '.join(cmd[:4])} <{len(patterns)} scope patterns>\n")
+    sys.stdout.flush()
+    return subprocess.run(cmd, cwd=REPO, env=env, check=False).returncode
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    results = load_results()
+    equivalent = listed("Equivalent mutants")
+    known = listed("Surviving mutants")
+    rows, out_of_scope = tally(results, equivalent)
+    sys.stdout.write(markdown(rows, out_of_scope) + "\n")
+    problems: list[str] = []
+    for scope, modules in rows.items():
+        whole = Row()
+        for row in modules.values():
+            whole.add(row)
+        if whole.score < TARGETS[scope]:
+            problems.append(f"{scope}: {whole.score:.1%} killed, target {TARGETS[scope]:.0%}")
+        for key in whole.other:
+            problems.append(f"{key}: {results[key]!r} (not run, suspicious or crashed)")
+        for key in whole.survived:
+            if key not in known:
+                problems.append(f"{key}: survived and not listed in docs/mutation.md")
+                if args.diffs:
+                    sys.stdout.write(f"\n# {key}\n" + "\n".join(changed_lines(key)) + "\n")
+    for key in sorted(equivalent | known):
+        if key not in results:
+            problems.append(f"{key}: listed in docs/mutation.md but no such mutant (renumbered?)")
+        elif results[key] not in _SURVIVED:
+            problems.append(f"{key}: listed in docs/mutation.md but killed (exit {results[key]})")
+    for p in problems:
+        sys.stderr.write(f"mutation: {p}\n")
+    return 1 if (problems and args.check) else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    run = sub.add_parser("run", help="fresh mutmut run over the scope")
+    run.add_argument("--max-children", type=int, default=2, help="mutmut worker processes")
+    run.set_defaults(fn=cmd_run)
+    rep = sub.add_parser("report", help="score per module from mutants/")
+    rep.add_argument("--check", action="store_true", help="exit 1 on any problem")
+    rep.add_argument("--diffs", action="store_true", help="print unlisted survivors' diffs")
+    rep.set_defaults(fn=cmd_report)
+    args = parser.parse_args(argv)
+    return int(args.fn(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
