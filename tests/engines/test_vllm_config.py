@@ -5,8 +5,6 @@ The vLLM engine itself is tested for real in tests/vllm_tests (second venv, `mak
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from algorithms import ConfigError
@@ -78,37 +76,6 @@ def test_request_seeds_are_a_function_of_seed_and_index():
     assert request_seeds(7, 8) == a[:8]  # a prefix does not depend on the batch size
     assert request_seeds(8, 8) != a[:8]
     assert all(0 <= s < 2**63 for s in a)
-
-
-def test_an_engine_start_leaves_the_callers_random_streams_alone(monkeypatch):
-    """vLLM seeds the global generators when it starts in-process; the trainer's must not move."""
-    import random
-
-    import numpy as np
-    import torch
-
-    from benchmarks.engines.vllm_engine import _starting
-
-    for var in ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_CPU_KVCACHE_SPACE", "VLLM_LOGGING_LEVEL"):
-        monkeypatch.delenv(var, raising=False)
-    torch.manual_seed(1)
-    random.seed(1)
-    np.random.seed(1)
-    expected = (torch.rand(3), random.random(), np.random.rand())
-    torch.manual_seed(1)
-    random.seed(1)
-    np.random.seed(1)
-    set_threads = torch.set_num_threads
-    with _starting(VllmSettings(kv_cache_gib=2)):
-        torch.manual_seed(0)  # what vLLM does
-        random.seed(0)
-        np.random.seed(0)
-        torch.set_num_threads = lambda n: None  # what its CPU worker does
-        assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
-        assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == "2"
-    assert torch.set_num_threads is set_threads
-    got = (torch.rand(3), random.random(), np.random.rand())
-    assert torch.equal(got[0], expected[0]) and got[1:] == expected[1:]
 
 
 def test_logprob_mismatch_counts_response_tokens_only():

@@ -17,7 +17,7 @@ import torch
 from benchmarks.engines import vllm_engine
 from benchmarks.engines.teacher_forced import response_logprobs
 from benchmarks.engines.torch_engine import TorchEngine
-from benchmarks.engines.vllm_engine import VllmEngine, save_for_vllm
+from benchmarks.engines.vllm_engine import VllmEngine, VllmSettings, save_for_vllm
 from benchmarks.tasks.arith import ArithTask
 from benchmarks.telemetry import metrics as M
 from benchmarks.training.modeling import build_char_tokenizer
@@ -292,3 +292,39 @@ def test_eval_and_lm_eval_vllm_backend_agree_with_the_torch_route(policy, tok, m
     assert m[M.eval_metric("math500", "accuracy")] == torch_route.accuracy
     assert m[M.eval_metric("math500", "problems")] == 20
     assert M.eval_metric("math500", "avg_at_2") in m
+
+
+def test_a_real_engine_start_leaves_the_callers_random_streams_alone(policy, tok):
+    """Starting vLLM in-process seeds Python's, NumPy's and torch's global generators and makes
+    ``torch.set_num_threads`` a no-op (its CPU worker's doing); a run must draw the same numbers
+    whether or not its engine had to start, and keep control of its thread count. A setting of
+    its own (``max_num_seqs``) gives this engine its own key, so a second LLM really starts here
+    (last in the module: the others share the first one)."""
+    import random
+
+    import numpy as np
+
+    def draws() -> tuple:
+        return torch.rand(3), random.random(), float(np.random.rand())
+
+    torch.manual_seed(1)
+    random.seed(1)
+    np.random.seed(1)
+    expected = draws()
+    torch.manual_seed(1)
+    random.seed(1)
+    np.random.seed(1)
+    before = dict(vllm_engine._LLMS)
+    engine = VllmEngine(policy, tok, settings=VllmSettings(max_num_seqs=8), seed=12345)
+    try:
+        assert len(vllm_engine._LLMS) == len(before) + 1, "no new vLLM engine was started"
+        got = draws()
+        assert torch.equal(got[0], expected[0]) and got[1:] == expected[1:]
+        threads = torch.get_num_threads()
+        torch.set_num_threads(threads + 1)
+        assert torch.get_num_threads() == threads + 1  # not the worker's no-op
+        torch.set_num_threads(threads)
+    finally:
+        for key in set(vllm_engine._LLMS) - set(before):
+            del vllm_engine._LLMS[key]
+        del engine
