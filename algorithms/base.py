@@ -22,7 +22,7 @@ import operator
 import re
 import types
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
@@ -311,6 +311,64 @@ class Algorithm(ABC):
         """The critic's learning rate (None: no critic)."""
         return None
 
+    # --- state carried from step to step (SPO's per-prompt tracker) ----------------------------
+    # Most algorithms are pure functions of each batch and use none of this. One that remembers
+    # something across steps keeps it on the object: the harness resets it when a run starts,
+    # feeds it once per step through :meth:`observe`, and checkpoints it with
+    # :meth:`state_dict`, so a resumed run continues with exactly the state it was killed with.
+
+    @property
+    def needs_prompt_keys(self) -> bool:
+        """Whether :meth:`advantages` takes ``prompt_keys``: one string per row naming its prompt,
+        the same every time that prompt is drawn (the harness passes the problem's id)."""
+        return False
+
+    @property
+    def needs_updated_log_probs(self) -> bool:
+        """Whether :meth:`observe` needs the batch's log-probs under the *updated* policy (one
+        more teacher-forced pass per step, which the harness meters like the others)."""
+        return False
+
+    def reset_state(self) -> None:
+        """Forget what earlier steps left (a new run starts); nothing to forget by default."""
+        return None
+
+    def observe(
+        self,
+        *,
+        prompt_keys: Sequence[str],
+        rewards: Tensor,
+        response_mask: Tensor,
+        old_log_probs: Tensor,
+        new_log_probs: Tensor | None,
+    ) -> dict[str, float]:
+        """Called once per step after the policy update, with the step's kept rows.
+
+        Args:
+            prompt_keys: ``B`` strings, each row's prompt (see :attr:`needs_prompt_keys`).
+            rewards: ``(B,)`` outcome scores before shaping.
+            response_mask: ``(B, T)``.
+            old_log_probs: ``(B, T)`` log-probs under the policy that sampled the batch.
+            new_log_probs: ``(B, T)`` the same under the updated policy when
+                :attr:`needs_updated_log_probs`, else ``None``.
+
+        Returns:
+            Metrics to log with the step (``train/...``); none by default.
+        """
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """What the algorithm carries between steps, as tensors and plain containers (empty for
+        an algorithm that carries nothing)."""
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from :meth:`state_dict`'s ``state``."""
+        if state:
+            raise ValueError(
+                f"{self.name} carries no state between steps, got state with keys {sorted(state)}"
+            )
+
     # --- tensor functions --------------------------------------------------------------------
 
     def shape_rewards(self, rewards: Tensor, response_lengths: Tensor) -> Tensor:
@@ -390,17 +448,8 @@ class Algorithm(ABC):
             dual-clip and ``train/kl`` (token mean) with a reference.
         """
         cfg = self.config
-        if cfg.kl_loss_coef > 0 and ref_log_probs is None:
-            raise ValueError(
-                f"{self.name}: ref_log_probs is required when kl_loss_coef > 0 "
-                f"(kl_loss_coef={cfg.kl_loss_coef})"
-            )
-        _check_same_shape(
-            log_probs=log_probs,
-            old_log_probs=old_log_probs,
-            advantages=advantages,
-            response_mask=response_mask,
-            ref_log_probs=ref_log_probs,
+        self._check_policy_inputs(
+            log_probs, old_log_probs, advantages, response_mask, ref_log_probs
         )
         pg, stats = clipped_surrogate(
             log_probs,
@@ -412,6 +461,43 @@ class Algorithm(ABC):
             cfg.clip_ratio_c,
         )
         loss = agg_loss(pg, response_mask, cfg.loss_agg_mode)
+        return self._with_kl_term(loss, stats, log_probs, response_mask, ref_log_probs)
+
+    def _check_policy_inputs(
+        self,
+        log_probs: Tensor,
+        old_log_probs: Tensor,
+        advantages: Tensor,
+        response_mask: Tensor,
+        ref_log_probs: Tensor | None,
+    ) -> None:
+        """The checks every ``policy_loss`` starts with: a reference when the KL term needs one,
+        and one (B, T) shape for every input."""
+        if self.config.kl_loss_coef > 0 and ref_log_probs is None:
+            raise ValueError(
+                f"{self.name}: ref_log_probs is required when kl_loss_coef > 0 "
+                f"(kl_loss_coef={self.config.kl_loss_coef})"
+            )
+        _check_same_shape(
+            log_probs=log_probs,
+            old_log_probs=old_log_probs,
+            advantages=advantages,
+            response_mask=response_mask,
+            ref_log_probs=ref_log_probs,
+        )
+
+    def _with_kl_term(
+        self,
+        loss: Tensor,
+        stats: dict[str, Tensor],
+        log_probs: Tensor,
+        response_mask: Tensor,
+        ref_log_probs: Tensor | None,
+    ) -> tuple[Tensor, dict[str, float]]:
+        """``loss`` plus ``kl_loss_coef`` times the aggregated KL to the reference, and the
+        metrics every policy loss reports (``stats`` under ``train/``, ``train/kl`` with a
+        reference, ``train/policy_loss``), so every surrogate shares one KL term."""
+        cfg = self.config
         metrics = {f"train/{k}": v for k, v in stats.items()}
         if ref_log_probs is not None:
             valid = response_mask != 0

@@ -11,6 +11,12 @@ Sample G responses per prompt; the group is the baseline, no critic:
 
 Groups of size 1 (a partial group reaching the loss): like verl, mean 0 and std 1, so
 ``A = R / (1 + eps)``; ``group_size`` itself must be >= 2.
+
+``grpo2`` is a setting of GRPO, not another algorithm: 2-GRPO ("It Takes Two: Your GRPO Is
+Secretly DPO", arXiv 2510.00977) argues that a group of two already gives GRPO's contrastive
+signal (a pair's advantages are +-1/sqrt(2) or 0), so G = 2 spends an eighth of the rollouts per
+prompt. It is registered under its own name only so that suites, tables and sweeps can name it
+next to ``grpo``; everything but the group size is GRPO's.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from torch import Tensor
 from algorithms.base import Algorithm, GroupConfig, config_field, register_algorithm
 from algorithms.common import LossAggMode, group_mean_std, outcome_to_tokens
 
-__all__ = ["GRPO", "GRPOConfig"]
+__all__ = ["GRPO", "GRPO2", "GRPO2Config", "GRPOConfig"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,3 +88,20 @@ class GRPO(Algorithm):
                 std = torch.where(singleton, torch.ones_like(std), std)
                 advantage = advantage / (std + self.config.eps)
             return outcome_to_tokens(advantage, response_mask), None
+
+
+@dataclass(frozen=True, kw_only=True)
+class GRPO2Config(GRPOConfig):
+    """GRPO with a group of two (2-GRPO, arXiv 2510.00977); every other default is GRPO's."""
+
+    group_size: int = config_field(
+        2, "Samples per prompt (G); 2-GRPO's point is that 2 suffice (must be >= 2).", ge=2
+    )
+
+
+@register_algorithm("grpo2")
+class GRPO2(GRPO):
+    """GRPO's class under a preset: G = 2 (see the module docstring)."""
+
+    Config = GRPO2Config
+    config: GRPO2Config

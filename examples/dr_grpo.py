@@ -2,8 +2,9 @@
 
 GRPO without its two biases: no division by the group's reward std, and no per-response length
 normalisation of the loss (a sum over a response's tokens, then a mean over responses). Import
-this module to register ``dr_grpo``, or expose it from a package through the entry-point group
-``sppo_bench.algorithms``; the contract tests then cover it like any built-in.
+this module to register ``dr_grpo_example``, or expose it from a package through the entry-point
+group ``sppo_bench.algorithms``; the contract tests then cover it like any built-in. (The suite
+ships Dr. GRPO as ``dr_grpo``; this copy takes another name because a name is registered once.)
 """
 
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ class DrGRPOConfig(GroupConfig):
     )
 
 
-@register_algorithm("dr_grpo")
+@register_algorithm("dr_grpo_example")
 class DrGRPO(Algorithm):
     Config = DrGRPOConfig
 

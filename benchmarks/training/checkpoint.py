@@ -4,9 +4,11 @@ What a checkpoint holds (one file per (parent run, algorithm, seed), replaced at
 trainer's :meth:`~benchmarks.training.trainer.RLTrainer.state_dict` (policy, critic and both
 optimizers, the prompt stream with its own generator, the compute meter, the step and skip
 counters, the evaluations so far, a fingerprint of the frozen reference model, which is rebuilt
-from the shared warm start, then checked), with the process-wide random generators (torch,
-Python, NumPy) beside it under ``"rng"``, and the MLflow run it belongs to. This module moves
-those dicts and never reads inside the trainer's: the trainer alone knows what its state is.
+from the shared warm start, then checked, and the state an algorithm carries between steps, such
+as SPO's per-prompt tracker, under ``"algorithm"`` when it has any), with the process-wide random
+generators (torch, Python, NumPy) beside it under ``"rng"``, and the MLflow run it belongs to.
+This module moves those dicts and never reads inside the trainer's (or the algorithm's): the
+trainer alone knows what its state is.
 
 Written every ``trainer.checkpoint_every`` steps, after the step's metrics and evaluation are
 logged: to a temporary file, fsync'ed, then ``os.replace``'d over the previous one, so a kill

@@ -113,6 +113,7 @@ class _Batch:
     scores: torch.Tensor  # (B,) raw outcome
     group_ids: torch.Tensor  # (B,)
     baseline: torch.Tensor | None  # (B,) greedy reward (ReMax)
+    keys: tuple[str, ...]  # (B,) each row's problem id: its prompt's identity across steps
 
     def select(self, idx: torch.Tensor) -> _Batch:
         return _Batch(
@@ -121,6 +122,7 @@ class _Batch:
             self.scores[idx],
             self.group_ids[idx],
             None if self.baseline is None else self.baseline[idx],
+            tuple(self.keys[i] for i in idx.tolist()),
         )
 
     @staticmethod
@@ -131,6 +133,7 @@ class _Batch:
             torch.cat([b.scores for b in parts]),
             torch.cat([b.group_ids for b in parts]),
             None if parts[0].baseline is None else torch.cat([b.baseline for b in parts]),
+            tuple(k for b in parts for k in b.keys),
         )
 
 
@@ -189,6 +192,7 @@ class RLTrainer:
                 f"trainer.samples_per_step={config.samples_per_step}"
             )
         torch.manual_seed(seed)
+        algorithm.reset_state()  # an algorithm object may be reused across runs (seeds)
         self.engine = engine_factory(policy)
         self.stream = PromptStream(task.train_problems(), prompt_seed)
         self.meter = ComputeMeter()
@@ -293,10 +297,26 @@ class RLTrainer:
             values=values,
             baseline_rewards=batch.baseline,
             token_kl=token_kl,
+            **({"prompt_keys": list(batch.keys)} if alg.needs_prompt_keys else {}),
         )
 
         # update: PPO epochs over mini-batches, each a critic step then an actor step.
         stats.update(self._update(batch, old_lp, ref_lp, adv, returns, values))
+        # observe: an algorithm that carries state between steps (SPO's tracker) sees the step's
+        # outcomes, and the updated policy's log-probs if it asks for them.
+        new_lp = None
+        if alg.needs_updated_log_probs:
+            with torch.no_grad(), meter.phase("logprob", flops=self._seq_flops(self.fm, ro)):
+                new_lp = self._teacher_forced(self.policy, ro)
+        stats.update(
+            alg.observe(
+                prompt_keys=batch.keys,
+                rewards=batch.scores,
+                response_mask=mask,
+                old_log_probs=ro.log_probs if old_lp is None else old_lp,
+                new_log_probs=new_lp,
+            )
+        )
         with meter.phase("rollout"):
             self.engine.sync_weights()  # the next rollout samples from the updated policy
         return stats
@@ -371,7 +391,8 @@ class RLTrainer:
         keep = alg.filter_groups(scores, group_ids)
         kept = None
         if keep.any():
-            kept = _Batch(ro, shaped, scores, group_ids, baseline).select(
+            keys = tuple(p.id for p in problems for _ in range(n))
+            kept = _Batch(ro, shaped, scores, group_ids, baseline, keys).select(
                 keep.nonzero().squeeze(-1)
             )
         return _Drawn(kept, scores, ro.lengths.float(), timeouts, errors)
@@ -752,10 +773,13 @@ class RLTrainer:
     def state_dict(self) -> dict[str, Any]:
         """Everything that decides the rest of the run, as tensors and plain containers, but the
         process-wide random generators (a checkpoint saves those with it): weights, optimizers,
-        the prompt stream, the meter, the counters and the evaluations so far. The frozen
+        the prompt stream, the meter, the counters, the evaluations so far and, for an
+        algorithm that carries state between steps, that state (``"algorithm"``; absent for
+        the others, so their checkpoints keep the layout they always had). The frozen
         reference is rebuilt by whoever builds the trainer; only its fingerprint is kept, to
         check. Like torch's, the tensors are the live ones: save or copy them before training
         on."""
+        algorithm_state = self.alg.state_dict()
         return {
             "policy": self.policy.state_dict(),
             "optimizer": self.opt.state_dict(),
@@ -770,6 +794,7 @@ class RLTrainer:
             "eval_idx": self._eval_idx,
             "step_cost": self._step_cost,
             "evals": [(f, dataclasses.asdict(r)) for f, r in self.evals],
+            **({"algorithm": algorithm_state} if algorithm_state else {}),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -792,6 +817,7 @@ class RLTrainer:
         self._consecutive_skips = state["consecutive_skips"]
         self._eval_idx, self._step_cost = state["eval_idx"], state["step_cost"]
         self.evals = [(f, EvalResult(**r)) for f, r in state["evals"]]
+        self.alg.load_state_dict(state.get("algorithm", {}))
 
     def _log(self, stats: dict[str, float]) -> None:
         m = {**stats, **self.meter.metrics()}

@@ -27,6 +27,27 @@ from algorithms import AlgorithmConfig, ConfigError, algorithm_class, get_algori
                       overlong_buffer=4096, overlong_penalty_factor=1.0)),
         ("rloo", dict(group_size=5, loss_agg_mode="seq-mean-token-mean", kl_loss_coef=0.001)),
         ("remax", dict(n=1, clip_ratio_c=None, loss_agg_mode="token-mean", kl_loss_coef=0.0)),
+        ("gspo", dict(group_size=8, clip_ratio_low=3e-4, clip_ratio_high=4e-4,
+                      loss_agg_mode="seq-mean-token-mean", kl_loss_coef=0.0, norm_adv_by_std=True)),
+        ("cispo", dict(group_size=8, clip_ratio_low=1.0, clip_ratio_high=0.2,
+                       loss_agg_mode="token-mean", kl_loss_coef=0.0, norm_adv_by_std=True)),
+        ("dr_grpo", dict(group_size=8, clip_ratio_low=0.2, clip_ratio_high=0.2,
+                         norm_adv_by_std=False, loss_agg_mode="seq-mean-token-sum",
+                         kl_loss_coef=0.0)),
+        ("gmpo", dict(group_size=8, clip_ratio_low=0.4, clip_ratio_high=0.4,
+                      loss_agg_mode="seq-mean-token-mean", kl_loss_coef=0.0)),
+        ("grpo2", dict(group_size=2, clip_ratio_low=0.2, clip_ratio_high=0.2,
+                       loss_agg_mode="seq-mean-token-mean", kl_loss_coef=0.001, kl_penalty="k3",
+                       norm_adv_by_std=True, eps=1e-6)),
+        ("reinforce_pp", dict(n=1, gamma=1.0, kl_in_reward=True, kl_coef=0.001, kl_penalty="k1",
+                              clip_ratio_low=0.2, clip_ratio_high=0.2, loss_agg_mode="token-mean",
+                              kl_loss_coef=0.0)),
+        ("reinforce_pp_baseline", dict(group_size=8, kl_in_reward=True, kl_coef=0.001,
+                                       kl_penalty="k1", loss_agg_mode="token-mean",
+                                       kl_loss_coef=0.0)),
+        ("spo", dict(n=1, clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=10.0,
+                     loss_agg_mode="token-mean", kl_loss_coef=0.0, rho_min=0.875, rho_max=0.96,
+                     drift_half_life=0.06, prior_alpha=0.5, prior_beta=0.5, adv_eps=1e-8)),
     ],
 )  # fmt: skip
 def test_paper_defaults(name, expected):
@@ -43,6 +64,13 @@ def test_paper_defaults(name, expected):
         ("dapo", 16, "none", False, False, 10, 0, None),
         ("rloo", 5, "none", True, False, 1, 0, None),
         ("remax", 1, "none", False, True, 1, 0, None),
+        ("gspo", 8, "none", False, False, 1, 0, None),
+        ("cispo", 8, "none", False, False, 1, 0, None),
+        ("dr_grpo", 8, "none", False, False, 1, 0, None),
+        ("gmpo", 8, "none", False, False, 1, 0, None),
+        ("grpo2", 2, "none", True, False, 1, 0, None),
+        ("reinforce_pp_baseline", 8, "none", True, False, 1, 0, None),
+        ("spo", 1, "none", False, False, 1, 0, None),
     ],
 )
 def test_derived_properties(name, spp, critic, ref, greedy, gen, warmup, lr):
@@ -51,7 +79,14 @@ def test_derived_properties(name, spp, critic, ref, greedy, gen, warmup, lr):
     assert (algo.samples_per_prompt, algo.critic, algo.uses_reference) == (spp, critic, ref)
     assert (algo.needs_greedy_baseline, algo.max_gen_batches) == (greedy, gen)
     assert (algo.critic_warmup_steps, algo.critic_lr, algo.ppo_epochs) == (warmup, lr, 1)
-    assert algo.kl_in_reward is False
+    assert algo.kl_in_reward is (name == "reinforce_pp_baseline")
+    assert (algo.needs_prompt_keys, algo.needs_updated_log_probs) == (name == "spo",) * 2
+
+
+def test_reinforce_pp_reads_the_kl_in_its_reward():
+    algo = get_algorithm("reinforce_pp")
+    assert (algo.samples_per_prompt, algo.kl_in_reward, algo.uses_reference) == (1, True, True)
+    assert not get_algorithm("reinforce_pp", kl_in_reward=False).uses_reference
 
 
 def test_overrides_reach_properties():
@@ -87,6 +122,17 @@ def test_overrides_reach_properties():
         ("grpo", dict(norm_adv_by_std=1), r"norm_adv_by_std=1 is invalid: expected bool"),
         ("sppo", dict(critic_lr=float("nan")), r"critic_lr=nan .* finite"),
         ("sppo", dict(clip_ratio_c="3"), r"clip_ratio_c='3' is invalid"),
+        ("grpo2", dict(group_size=1), r"group_size=1 .* >= 2"),
+        ("gspo", dict(clip_ratio_low=1.0), r"clip_ratio_low=1.0 .* < 1"),
+        ("cispo", dict(clip_ratio_low=0.0), r"clip_ratio_low=0.0 .* > 0"),
+        ("gmpo", dict(loss_agg_mode="token-mean"), r"loss_agg_mode='token-mean' .* 'seq-mean-token-mean'"),
+        ("gmpo", dict(clip_ratio_high=0.0), r"clip_ratio_high=0.0 .* > 0"),
+        ("spo", dict(rho_min=0.97), r"rho_min=0.97 .* <= rho_max=0.96"),
+        ("spo", dict(rho_max=1.5), r"rho_max=1.5 .* <= 1"),
+        ("spo", dict(drift_half_life=0.0), r"drift_half_life=0.0 .* > 0"),
+        ("spo", dict(prior_alpha=-1), r"prior_alpha=-1.0 .* > 0"),
+        ("reinforce_pp", dict(gamma=2), r"gamma=2.0 .* <= 1"),
+        ("reinforce_pp_baseline", dict(group_size=1), r"group_size=1 .* >= 2"),
     ],
 )  # fmt: skip
 def test_validation_names_field_value_and_range(name, overrides, pattern):

@@ -24,7 +24,8 @@ from algorithms.base import _restore_registry
 from testkit.paths import EXAMPLES
 
 EXAMPLE = EXAMPLES / "dr_grpo.py"
-EXAMPLE_PARAM = "dr_grpo[examples/dr_grpo.py]"
+EXAMPLE_NAME = "dr_grpo_example"  # the built-in Dr. GRPO is `dr_grpo`
+EXAMPLE_PARAM = f"{EXAMPLE_NAME}[examples/dr_grpo.py]"
 NAMES = [*list_algorithms(), EXAMPLE_PARAM]
 
 
@@ -46,7 +47,7 @@ def name(request) -> Iterator[str]:
     with _restore_registry():
         load_example(EXAMPLE, "_contract_dr_grpo")
         try:
-            yield "dr_grpo"
+            yield EXAMPLE_NAME
         finally:
             sys.modules.pop("_contract_dr_grpo", None)
 
@@ -76,6 +77,8 @@ def make_batch(algo: Algorithm, seed: int, n_prompts: int = 3, t: int = 6) -> di
         batch["baseline_rewards"] = torch.randint(0, 2, (b,), generator=g).float()
     if algo.kl_in_reward:
         batch["token_kl"] = torch.rand(b, t, generator=g)
+    if algo.needs_prompt_keys:
+        batch["prompt_keys"] = [f"prompt-{int(i)}" for i in group_ids]
     return batch
 
 
@@ -306,3 +309,54 @@ def test_every_field_round_trips_its_default(name):
 def test_unknown_override_key_is_named(name):
     with pytest.raises(ConfigError, match="no_such_knob.*valid fields"):
         get_algorithm(name, no_such_knob=1)
+
+
+# --- state carried between steps --------------------------------------------------------------
+
+
+def _observe(algo: Algorithm, batch: dict, seed: int) -> dict[str, float]:
+    mask = batch["response_mask"]
+    g = torch.Generator().manual_seed(seed)
+    old = -torch.rand(mask.shape, generator=g) * 3
+    new = old + 0.05 * torch.randn(mask.shape, generator=g)
+    keys = batch.get("prompt_keys") or [f"prompt-{int(i)}" for i in batch["group_ids"]]
+    return algo.observe(
+        prompt_keys=keys,
+        rewards=batch["rewards"],
+        response_mask=mask,
+        old_log_probs=old,
+        new_log_probs=new if algo.needs_updated_log_probs else None,
+    )
+
+
+def _round_trip(state: dict) -> dict:
+    import io
+
+    buf = io.BytesIO()
+    torch.save(state, buf)  # what a checkpoint does, then loads with weights_only
+    return torch.load(io.BytesIO(buf.getvalue()), map_location="cpu", weights_only=True)
+
+
+def test_state_survives_a_checkpoint_and_a_reset_forgets_it(name):
+    """Whatever an algorithm carries between steps goes through a weights-only checkpoint into
+    a fresh instance, which then computes exactly the same advantages; ``reset_state`` brings
+    back a fresh instance's state. Stateless algorithms carry an empty dict."""
+    algo = get_algorithm(name)
+    fresh_state = algo.state_dict()
+    metrics = {}
+    for seed in range(3):
+        metrics = _observe(algo, make_batch(algo, seed), seed)
+    assert all(type(v) is float and k.startswith("train/") for k, v in metrics.items())
+    state = _round_trip(algo.state_dict())
+    twin = get_algorithm(name)
+    twin.load_state_dict(state)
+    batch = make_batch(algo, seed=9)
+    adv, _ = algo.advantages(**batch)
+    adv2, _ = twin.advantages(**batch)
+    assert torch.equal(adv, adv2)
+    if not fresh_state:  # a pure function of each batch
+        assert algo.state_dict() == {} and metrics == {}
+        with pytest.raises(ValueError, match="no state"):
+            algo.load_state_dict({"anything": 1})
+    algo.reset_state()
+    assert str(algo.state_dict()) == str(fresh_state)

@@ -22,7 +22,22 @@ from algorithms import (
 from algorithms.base import ENTRY_POINT_GROUP, _reset_plugins_loaded, _restore_registry, _unregister
 from algorithms.common import outcome_to_tokens
 
-BUILTINS = ["dapo", "grpo", "ppo", "remax", "rloo", "sppo"]
+BUILTINS = [
+    "cispo",
+    "dapo",
+    "dr_grpo",
+    "gmpo",
+    "grpo",
+    "grpo2",
+    "gspo",
+    "ppo",
+    "reinforce_pp",
+    "reinforce_pp_baseline",
+    "remax",
+    "rloo",
+    "spo",
+    "sppo",
+]
 
 
 class _Constant(Algorithm):
@@ -75,14 +90,14 @@ def test_register_rejects_incomplete_classes():
 
 def test_unknown_algorithm_lists_registered_names():
     with pytest.raises(
-        UnknownAlgorithmError, match="unknown algorithm 'spo'; registered: dapo, grpo"
+        UnknownAlgorithmError, match="unknown algorithm 'sppo2'; registered: cispo, dapo, dr_grpo"
     ):
-        get_algorithm("spo")
+        get_algorithm("sppo2")
     # both a KeyError and a ConfigError, so either way of catching it works
     with pytest.raises(KeyError):
-        algorithm_class("spo")
+        algorithm_class("sppo2")
     with pytest.raises(ConfigError):
-        algorithm_class("spo")
+        algorithm_class("sppo2")
 
 
 def test_restore_registry_undoes_registrations():
