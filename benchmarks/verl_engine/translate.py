@@ -6,7 +6,17 @@ What verl cannot express is refused here with a :class:`~algorithms.ConfigError`
 field, before any GPU is touched. Mapping (docs/design.md §5, checked against verl 0.9.1's source):
 
 ========  =====================================================================================
-grpo      ``algorithm.adv_estimator=grpo`` (verl's ``compute_grpo_outcome_advantage``)
+grpo      ``algorithm.adv_estimator=grpo`` (verl's ``compute_grpo_outcome_advantage``); grpo2
+          (GRPO with G = 2) the same
+dr_grpo   grpo with ``algorithm.norm_adv_by_std_in_grpo=false``, ``seq-mean-token-sum``
+gspo      grpo + ``actor.policy_loss.loss_mode=gspo`` (``compute_policy_loss_gspo``)
+cispo     grpo + ``loss_mode=cispo`` (``compute_policy_loss_cispo``)
+gmpo      grpo + ``loss_mode=geo_mean`` (``compute_policy_loss_geo_mean``)
+reinforce_pp
+          ``algorithm.adv_estimator=reinforce_plus_plus``, ``algorithm.gamma``, the k1 KL in the
+          reward (``algorithm.use_kl_in_reward``, a fixed ``kl_ctrl``)
+reinforce_pp_baseline
+          ``algorithm.adv_estimator=reinforce_plus_plus_baseline``, the KL in the reward likewise
 rloo      ``algorithm.adv_estimator=rloo``
 remax     ``algorithm.adv_estimator=remax`` on verl's *legacy* trainer (``trainer.use_v1=false``):
           only that trainer decodes the greedy baseline (``reward_baselines``)
@@ -15,8 +25,10 @@ dapo      grpo + ``clip_ratio_high``, ``algorithm.filter_groups`` (metric ``acc`
           score) and the ``dapo`` reward manager's overlong buffer
 sppo      the plugin trainer ``trainer.v1.trainer_mode=sppo`` (benchmarks.verl_engine.plugin):
           critic on, A = R - sigmoid(values[:, 0]), BCE value loss at the prompt position
+spo       refused: its per-prompt tracker is state carried across steps, and verl's estimators
+          see each step's rows under fresh ids, never the prompt's identity or the last step
 other     ``algorithm.adv_estimator=sppo_bench.<name>`` (and a policy loss of the same name when
-          the algorithm overrides ``policy_loss``): registry wrappers, critic-free only
+          the algorithm overrides ``policy_loss``): registry wrappers, critic-free and stateless
 ========  =====================================================================================
 
 verl facts this relies on (verl 0.9.1): ``compute_policy_loss_vanilla`` *always* applies
@@ -43,6 +55,7 @@ __all__ = [
     "BUILTIN",
     "NO_DUAL_CLIP",
     "SPPO_TRAINER_MODE",
+    "VERL_LOSS_MODES",
     "VerlPlan",
     "format_override",
     "translate",
@@ -50,7 +63,25 @@ __all__ = [
 ]
 
 #: Algorithms mapped onto verl's own estimators (plus sppo's plugin trainer).
-BUILTIN: tuple[str, ...] = ("grpo", "rloo", "remax", "ppo", "dapo", "sppo")
+BUILTIN: tuple[str, ...] = (
+    "grpo",
+    "grpo2",
+    "dr_grpo",
+    "gspo",
+    "cispo",
+    "gmpo",
+    "rloo",
+    "reinforce_pp",
+    "reinforce_pp_baseline",
+    "remax",
+    "ppo",
+    "dapo",
+    "sppo",
+)
+#: Built-ins whose policy loss is one of verl's (``actor.policy_loss.loss_mode``), not vanilla.
+VERL_LOSS_MODES: dict[str, str] = {"gspo": "gspo", "cispo": "cispo", "gmpo": "geo_mean"}
+#: Built-ins on verl's GRPO estimator.
+_GRPO_FAMILY = ("grpo", "grpo2", "dr_grpo", "gspo", "cispo", "gmpo", "dapo")
 #: ``trainer.v1.trainer_mode`` under which the plugin registers the SPPO trainer.
 SPPO_TRAINER_MODE = "sppo"
 #: ``clip_ratio_c`` that switches verl's (always-on) dual-clip off; see the module docstring.
@@ -140,7 +171,13 @@ def _algorithm_values(name: str, alg: Algorithm) -> dict[str, Any]:
         "trainer.critic_warmup": 0,
         "critic.enable": False,
     }
-    if name in ("grpo", "dapo"):
+    if alg.needs_prompt_keys or _overrides_method(alg, "observe"):
+        raise ConfigError(
+            f"algorithm={name}: it carries per-prompt state from step to step (e.g. SPO's "
+            "tracker), and verl's advantage estimators see each step's rows under fresh ids, "
+            "never a prompt's identity or the previous steps; use engine=torch"
+        )
+    if name in _GRPO_FAMILY:
         if not math.isclose(c.eps, _VERL_GRPO_EPS, rel_tol=1e-9):
             raise ConfigError(
                 f"algorithm.{name}.params.eps={c.eps}: verl's GRPO estimator uses a fixed "
@@ -148,6 +185,22 @@ def _algorithm_values(name: str, alg: Algorithm) -> dict[str, Any]:
             )
         v["algorithm.adv_estimator"] = "grpo"
         v["algorithm.norm_adv_by_std_in_grpo"] = c.norm_adv_by_std
+    if name in VERL_LOSS_MODES:
+        v[f"{actor}.policy_loss.loss_mode"] = VERL_LOSS_MODES[name]
+    if name in ("reinforce_pp", "reinforce_pp_baseline"):
+        v.update(
+            {
+                "algorithm.adv_estimator": "reinforce_plus_plus"
+                if name == "reinforce_pp"
+                else "reinforce_plus_plus_baseline",
+                "algorithm.use_kl_in_reward": c.kl_in_reward,
+                "algorithm.kl_penalty": kl_type,
+                "algorithm.kl_ctrl.type": "fixed",
+                "algorithm.kl_ctrl.kl_coef": c.kl_coef,
+            }
+        )
+        if name == "reinforce_pp":
+            v["algorithm.gamma"] = c.gamma
     if name == "dapo":
         v["algorithm.filter_groups.enable"] = c.dynamic_sampling
         v["algorithm.filter_groups.metric"] = "acc"  # the unshaped score, as the native DAPO

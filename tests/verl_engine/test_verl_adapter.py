@@ -41,6 +41,9 @@ def _translate(plan, name):
     [
         (["algorithm=[grpo]", "algorithm.grpo.params.eps=1e-4"], "grpo", "eps"),
         (["algorithm=[ppo]", "algorithm.ppo.params.whiten_advantages=false"], "ppo", "whiten"),
+        (["algorithm=[gspo]", "algorithm.gspo.params.eps=1e-4"], "gspo", "eps"),
+        # SPO's tracker is state across steps; verl's estimators never see a prompt twice
+        (["algorithm=[spo]"], "spo", "per-prompt state from step to step.*engine=torch"),
     ],
 )
 def test_values_verl_cannot_express_are_refused(overrides, name, message):

@@ -283,7 +283,9 @@ def test_plugin_loads_through_the_verl_plugins_entry_point(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["loaded"] and out["hook"]
-    assert "sppo_bench.sppo" in out["estimators"] and "sppo_bench.dr_grpo" in out["estimators"]
+    assert "sppo_bench.sppo" in out["estimators"]
+    assert "sppo_bench.dr_grpo_example" in out["estimators"]  # the user's, through the wrapper
+    assert "sppo_bench.dr_grpo" not in out["estimators"]  # built in: verl's own GRPO estimator
     if importlib.util.find_spec("transfer_queue") is not None:
         assert out["trainer"] == "PPOTrainerSync"
 

@@ -1,7 +1,7 @@
 """Translated overrides resolve in verl's own Hydra config, and what verl resolves is ours.
 
 One ``sppo-bench run engine=verl --dry-run`` over every algorithm (the built-ins plus a user
-algorithm, ``examples.dr_grpo``) composes all of them in verl's config tree and runs verl's
+algorithm, ``examples.dr_grpo``, registered as ``dr_grpo_example``) composes all of them in verl's config tree and runs verl's
 ``validate_config`` in one child interpreter; ``python -m verl.trainer.main_ppo --cfg job`` runs
 once (for sppo, the plugin algorithm) in parallel. Both are module-scoped: verl takes seconds
 to import.
@@ -25,9 +25,38 @@ require_module("verl")  # the `verl` extra; under CI its absence fails
 
 from benchmarks.verl_engine.translate import NO_DUAL_CLIP, SPPO_TRAINER_MODE  # noqa: E402
 
-# rloo takes grpo's route (a built-in estimator; its math is checked in test_verl_engine.py)
-ALGORITHMS = ["sppo", "ppo", "grpo", "dapo", "remax", "dr_grpo"]
-LR = {"sppo": 2e-6, "ppo": 3e-6, "grpo": 4e-6, "dapo": 5e-6, "remax": 7e-6}
+# rloo takes grpo's route (a built-in estimator; its math is checked in test_verl_engine.py);
+# spo is refused before launch (tests/verl_engine/test_verl_adapter.py)
+ALGORITHMS = [
+    "sppo",
+    "ppo",
+    "grpo",
+    "dapo",
+    "remax",
+    "grpo2",
+    "dr_grpo",
+    "gspo",
+    "cispo",
+    "gmpo",
+    "reinforce_pp",
+    "reinforce_pp_baseline",
+    "dr_grpo_example",
+]
+USER = "dr_grpo_example"  # the user algorithm (examples/dr_grpo.py), through the wrappers
+LR = {
+    "sppo": 2e-6,
+    "ppo": 3e-6,
+    "grpo": 4e-6,
+    "dapo": 5e-6,
+    "remax": 7e-6,
+    "grpo2": 1e-6,
+    "dr_grpo": 1.5e-6,
+    "gspo": 2.5e-6,
+    "cispo": 3.5e-6,
+    "gmpo": 4.5e-6,
+    "reinforce_pp": 5.5e-6,
+    "reinforce_pp_baseline": 6.5e-6,
+}
 CRITIC_LR = {"sppo": 5e-6, "ppo": 1e-5}
 
 
@@ -50,8 +79,8 @@ def tiny_checkpoint(tmp_path_factory):
 def suite_overrides(tiny_checkpoint, tmp_path_factory):
     conf = tmp_path_factory.mktemp("conf")
     (conf / "algorithm").mkdir()
-    (conf / "algorithm" / "dr_grpo.yaml").write_text(
-        "# @package algorithm.dr_grpo\nactor_lr: 8.0e-06\ncritic_lr: null\nparams: {}\n"
+    (conf / "algorithm" / f"{USER}.yaml").write_text(
+        f"# @package algorithm.{USER}\nactor_lr: 8.0e-06\ncritic_lr: null\nparams: {{}}\n"
     )
     return [
         f"hydra.searchpath=[file://{conf}]",
@@ -163,11 +192,11 @@ def test_resolved_values_are_the_registry_values(resolved, dry_run, name):
     defaults, e.g. the CPU suite's DAPO group of 8)."""
     _, _, configs = resolved
     c = configs[name]
-    alg = dry_run[2][name] if name != "dr_grpo" else None
+    alg = dry_run[2][name] if name != USER else None
     actor = c["actor_rollout_ref"]["actor"]
     rollout = c["actor_rollout_ref"]["rollout"]
     if alg is None:  # the user algorithm: its registry defaults, through the wrappers
-        assert c["algorithm"]["adv_estimator"] == "sppo_bench.dr_grpo"
+        assert c["algorithm"]["adv_estimator"] == f"sppo_bench.{USER}"
         assert actor["loss_agg_mode"] == "seq-mean-token-sum"
         assert actor["optim"]["lr"] == pytest.approx(8e-6)
         assert rollout["n"] == 8 and c["critic"]["enable"] is False
@@ -201,8 +230,24 @@ def test_resolved_values_are_the_registry_values(resolved, dry_run, name):
         "dapo": "grpo",
         "rloo": "rloo",
         "remax": "remax",
+        "grpo2": "grpo",
+        "dr_grpo": "grpo",
+        "gspo": "grpo",
+        "cispo": "grpo",
+        "gmpo": "grpo",
+        "reinforce_pp": "reinforce_plus_plus",
+        "reinforce_pp_baseline": "reinforce_plus_plus_baseline",
     }[name]
     assert c["algorithm"]["adv_estimator"] == expected_estimator
+    loss_mode = {"gspo": "gspo", "cispo": "cispo", "gmpo": "geo_mean"}.get(name, "vanilla")
+    assert actor["policy_loss"]["loss_mode"] == loss_mode
+    if expected_estimator == "grpo":
+        assert c["algorithm"]["norm_adv_by_std_in_grpo"] is cfg.norm_adv_by_std
+    if name.startswith("reinforce_pp"):
+        assert c["algorithm"]["use_kl_in_reward"] is True
+        assert c["algorithm"]["kl_penalty"] == "kl"  # k1
+        assert c["algorithm"]["kl_ctrl"]["kl_coef"] == cfg.kl_coef
+        assert c["algorithm"]["gamma"] == getattr(cfg, "gamma", 1.0)
     if name == "sppo":
         assert c["trainer"]["v1"]["trainer_mode"] == SPPO_TRAINER_MODE
     if name == "ppo":
