@@ -392,7 +392,7 @@ def describe_compute_to_target(table: pd.DataFrame, reference: str = REFERENCE) 
                 lines.append(
                     f"{reference} needs {format_ratio(1 / paired)}x more {what} than {other} "
                     f"to reach {goal} ({seeds}: {format_ratio(1 / hi)}x to "
-                    f"{format_ratio(1 / lo)}x)."
+                    f"{format_ratio(1 / lo) + 'x' if lo > 0 else 'unbounded'})."
                 )
             elif np.isinf(hi) or lo <= 0:  # a censored seed: the interval is unbounded
                 lines.append(

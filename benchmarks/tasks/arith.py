@@ -82,7 +82,7 @@ class ArithTask:
         horizon_weights: Sequence[float] | None = None,
         test_fraction: float = 0.2,
         eval_size: int = 1000,
-        max_problems: int = 100_000,
+        max_problems: int = 20_000,
         eval_name: str | None = None,
     ) -> None:
         horizons = _horizon_list(horizon)

@@ -270,3 +270,26 @@ def test_describe_compute_to_target_without_the_reference() -> None:
     )
     text = describe_compute_to_target(compute_to_target(unreached))
     assert text == ["sppo does not reach 0.5 accuracy on math500 (grpo's final)."]
+
+
+def test_describe_compute_to_target_with_a_zero_lower_bound() -> None:
+    """A seed where the reference meets the target at zero compute makes the paired interval's
+    lower end 0: the sentence says the "more" side is unbounded instead of dividing by it."""
+    row = {
+        "dataset": "arith",
+        "x": "compute/rollout_tokens",
+        "target": 0.4,
+        "target_source": "grpo",
+        "reached": True,
+        "compute": 100.0,
+        "ratio_to_reference": 0.5,
+        "ratio_paired": 0.5,
+        "ratio_lo": 0.0,
+        "ratio_hi": 0.8,
+        "n_seeds": 3,
+        "n_unreached": 0,
+    }
+    table = pd.DataFrame([{**row, "algorithm": "sppo"}, {**row, "algorithm": "grpo"}])
+    (line,) = describe_compute_to_target(table)
+    assert line.startswith("sppo needs 2.00x more rollout tokens than grpo")
+    assert line.endswith("95% paired interval over 3 seeds: 1.25x to unbounded).")
