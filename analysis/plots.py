@@ -43,7 +43,7 @@ from ._common import (
 from .curves import aligned_curves
 from .fit import fit_curves, saturating_curve
 from .stats import bootstrap_ci
-from .tables import memory_table
+from .tables import MEMORY_SEGMENTS, memory_components_table, memory_table
 
 __all__ = [
     "plot_accuracy_table",
@@ -227,8 +227,47 @@ def plot_panels(
 
 
 def plot_memory(df: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
-    """Peak memory per algorithm normalised to the largest (paper Fig. 6), MiB on each bar."""
+    """Memory per algorithm (paper Fig. 6).
+
+    With the per-component accounting (``memory/<component>/<kind>_bytes``), a stacked bar per
+    algorithm: the weights, gradients and Adam states of the policy, the critic and the reference,
+    and the peak activations of the sampled step, MiB on each bar; a small-critic variant is its
+    own bar. Runs without it (older runs, verl's) get the old figure: the peak resident set
+    normalised to the largest.
+    """
     ax = ax if ax is not None else _new_axes()
+    table = memory_components_table(df)
+    if table.empty:
+        return _plot_peak_memory(df, ax)
+    labels = [label for label, _ in MEMORY_SEGMENTS]
+    shades = dict(
+        zip(
+            labels,
+            ("#1f77b4", "#aec7e8", "#c6dbef", "#d62728", "#ff9896", "#7f7f7f", "#2ca02c"),
+            strict=True,
+        )
+    )
+    bottom = np.zeros(len(table))
+    x = np.arange(len(table))
+    for label in labels:
+        v = table[label].to_numpy(float)
+        if not np.any(v > 0):
+            continue
+        ax.bar(x, v, bottom=bottom, color=shades[label], label=label, width=0.65)
+        bottom += v
+    for xi, total in zip(x, table["total_mib"], strict=True):
+        ax.annotate(f"{total:,.2f} MiB", (xi, total), ha="center", va="bottom", fontsize="small")
+    ax.set_xticks(x, table["algorithm"], rotation=20, ha="right")
+    ax.set_ylim(0, float(table["total_mib"].max()) * 1.18 or 1.0)
+    ax.set_ylabel("MiB (mean over seeds)")
+    ax.set_title("Memory per component (weights, grads, Adam, activations)")
+    ax.legend(fontsize="x-small", loc="upper right")
+    ax.grid(True, axis="y", alpha=0.3)
+    return ax
+
+
+def _plot_peak_memory(df: pd.DataFrame, ax: Axes) -> Axes:
+    """Peak memory per algorithm normalised to the largest, MiB on each bar."""
     table = memory_table(df).dropna(subset=["normalised"])
     colors = algorithm_colors(table["algorithm"])
     bars = ax.bar(

@@ -24,7 +24,9 @@ from benchmarks.telemetry.metrics import (
     COMPUTE_ROLLOUT_SAMPLES,
     COMPUTE_ROLLOUT_TOKENS,
     COMPUTE_WALL_S,
+    LEGACY_MEMORY_PEAK_BYTES,
     MEMORY_PEAK_BYTES,
+    MEMORY_PEAK_TENSOR_BYTES,
 )
 
 from ._common import (
@@ -46,6 +48,7 @@ __all__ = [
     "format_number",
     "improvement_table",
     "iqm_table",
+    "memory_components_table",
     "memory_table",
     "summary_table",
     "throughput_table",
@@ -162,7 +165,9 @@ def _run_finals(df: pd.DataFrame) -> pd.DataFrame:
         .last()
         .unstack("metric")
     )
-    mem = df[df["metric"] == MEMORY_PEAK_BYTES].groupby("run_id")["value"].max()
+    # Runs logged before the per-component accounting named the resident set memory/peak_bytes.
+    rss = df["metric"].isin([MEMORY_PEAK_BYTES, LEGACY_MEMORY_PEAK_BYTES])
+    mem = df[rss].groupby("run_id")["value"].max()
     out = meta.join(last, how="left").join(mem.rename(MEMORY_PEAK_BYTES), how="left")
     return out.reset_index()
 
@@ -240,6 +245,53 @@ def memory_table(df: pd.DataFrame) -> pd.DataFrame:
             "normalised": (peak / top).to_numpy() if top and np.isfinite(top) else np.nan,
         }
     )
+
+
+#: Segments of the stacked memory bar, bottom to top: (label, metric names summed into it).
+MEMORY_SEGMENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("policy weights", ("memory/policy/params_bytes",)),
+    ("policy grads", ("memory/policy/grads_bytes",)),
+    ("policy Adam", ("memory/policy/optimizer_bytes",)),
+    ("critic weights", ("memory/critic/params_bytes",)),
+    ("critic grads + Adam", ("memory/critic/grads_bytes", "memory/critic/optimizer_bytes")),
+    ("reference weights", ("memory/reference/params_bytes",)),
+    ("peak activations", (MEMORY_PEAK_TENSOR_BYTES,)),
+)
+
+
+def memory_components_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Memory per component and algorithm (the CPU analogue of the paper's peak VRAM): per run
+    the largest value each ``memory/<component>/<kind>_bytes`` and ``memory/peak_tensor_bytes``
+    took, then the mean over seeds, in MiB. A run variant that logs a ``critic_model`` column
+    (a smaller critic) is its own row, ``<algorithm> (critic <model>)``.
+
+    Columns: algorithm, one per :data:`MEMORY_SEGMENTS` label, total_mib; empty when no run
+    logged the accounting (runs from before it, or verl's).
+    """
+    names = {m for _, ms in MEMORY_SEGMENTS for m in ms}
+    sub = df[df["metric"].isin(names)]
+    labels = [label for label, _ in MEMORY_SEGMENTS]
+    if sub.empty:
+        return pd.DataFrame(columns=["algorithm", *labels, "total_mib"])
+    per_run = sub.groupby(["run_id", "metric"])["value"].max().unstack("metric")
+    cols = ["run_id", "algorithm"] + (["critic_model"] if "critic_model" in df.columns else [])
+    meta = df[cols].drop_duplicates("run_id").set_index("run_id")
+    if "critic_model" in meta.columns:
+        small = meta["critic_model"].notna() & (meta["critic_model"].astype(str) != "")
+        meta["algorithm"] = meta["algorithm"].where(
+            ~small, meta["algorithm"] + " (critic " + meta["critic_model"].astype(str) + ")"
+        )
+    per_run = per_run.join(meta["algorithm"], how="left")
+    out = pd.DataFrame(index=per_run.index)
+    for label, ms in MEMORY_SEGMENTS:
+        present = [m for m in ms if m in per_run.columns]
+        out[label] = per_run[present].fillna(0.0).sum(axis=1) / _MIB if present else 0.0
+    out["algorithm"] = per_run["algorithm"]
+    table = out.groupby("algorithm")[labels].mean()
+    base = order_algorithms({a.split(" (")[0] for a in table.index})
+    table = table.loc[sorted(table.index, key=lambda a: (base.index(a.split(" (")[0]), a))]
+    table["total_mib"] = table[labels].sum(axis=1)
+    return table.reset_index()
 
 
 def throughput_table(df: pd.DataFrame) -> pd.DataFrame:

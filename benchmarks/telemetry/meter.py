@@ -15,13 +15,14 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
 
 from benchmarks.telemetry import metrics as M
+from benchmarks.telemetry.memory import trace_peak
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -171,6 +172,11 @@ class ComputeMeter:
     flops: dict[str, float] = field(default_factory=lambda: dict.fromkeys(M.PHASES, 0.0))
     wall: dict[str, float] = field(default_factory=lambda: dict.fromkeys(M.PHASES, 0.0))
     memory: PeakMemory = field(default_factory=PeakMemory)
+    #: While True, each phase also records its peak live tensor bytes (torch's allocator, via
+    #: the profiler: slow, so the trainer turns it on for one sampled step).
+    trace_memory: bool = False
+    #: Peak live tensor bytes per phase, the largest over the phase's traced entries.
+    peak_tensor: dict[str, int] = field(default_factory=dict)
 
     def value(self, kind: str) -> float:
         return {
@@ -198,11 +204,16 @@ class ComputeMeter:
         counting never adds to the phase's wall time. The time is counted even if the body
         raises; the FLOPs only if it finishes.
         """
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.wall[name] += time.perf_counter() - t0
+        peaks: list[int] = []
+        # The profiler starts before and stops after the clock: its set-up is not the phase's.
+        with trace_peak(peaks) if self.trace_memory else nullcontext():
+            t0 = time.perf_counter()
+            try:
+                yield
+            finally:
+                self.wall[name] += time.perf_counter() - t0
+        if peaks:
+            self.peak_tensor[name] = max(self.peak_tensor.get(name, 0), peaks[0])
         if flops is not None:
             self.add_flops(name, flops() if callable(flops) else flops)
 
@@ -216,8 +227,12 @@ class ComputeMeter:
             M.COMPUTE_PROMPTS: float(self.prompts),
             M.COMPUTE_FLOPS: self.total_flops,
             M.COMPUTE_WALL_S: self.total_wall,
-            M.MEMORY_PEAK_BYTES: float(self.memory.read()),
+            M.MEMORY_RSS_PEAK_BYTES: float(self.memory.read()),
         }
+        if self.peak_tensor:
+            out[M.MEMORY_PEAK_TENSOR_BYTES] = float(max(self.peak_tensor.values()))
+            for p, v in self.peak_tensor.items():
+                out[M.peak_tensor_phase(p)] = float(v)
         for p in M.PHASES:
             out[M.flops_phase(p)] = float(self.flops[p])
             out[M.wall_phase(p)] = float(self.wall[p])
@@ -230,6 +245,7 @@ class ComputeMeter:
             "prompts": self.prompts,
             "flops": dict(self.flops),
             "wall": dict(self.wall),
+            "peak_tensor": dict(self.peak_tensor),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -238,3 +254,4 @@ class ComputeMeter:
         self.prompts = state["prompts"]
         self.flops = dict(state["flops"])
         self.wall = dict(state["wall"])
+        self.peak_tensor = dict(state.get("peak_tensor", {}))  # absent in older checkpoints

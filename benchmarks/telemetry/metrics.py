@@ -17,7 +17,10 @@ __all__ = [
     "COMPUTE_ROLLOUT_SAMPLES",
     "COMPUTE_ROLLOUT_TOKENS",
     "COMPUTE_WALL_S",
+    "LEGACY_MEMORY_PEAK_BYTES",
     "MEMORY_PEAK_BYTES",
+    "MEMORY_PEAK_TENSOR_BYTES",
+    "MEMORY_RSS_PEAK_BYTES",
     "START_DIFFICULTY_KEYS",
     "TAG_ALGORITHM",
     "TAG_BUDGET_KIND",
@@ -34,6 +37,7 @@ __all__ = [
     "parse_eval_metric",
     "pass_at_name",
     "pass_ks",
+    "peak_tensor_phase",
     "wall_phase",
 ]
 
@@ -44,7 +48,16 @@ COMPUTE_ROLLOUT_SAMPLES = "compute/rollout_samples"
 COMPUTE_PROMPTS = "compute/prompts"
 COMPUTE_FLOPS = "compute/flops"
 COMPUTE_WALL_S = "compute/wall_s"
-MEMORY_PEAK_BYTES = "memory/peak_bytes"
+#: Peak resident set of the process on CPU (the interpreter included), the allocator's peak on a
+#: GPU. Named ``memory/peak_bytes`` before the per-component accounting: readers of old runs fall
+#: back to :data:`LEGACY_MEMORY_PEAK_BYTES`.
+MEMORY_RSS_PEAK_BYTES = "memory/rss_peak_bytes"
+#: The name code imports for "the run's peak memory"; the same metric as the resident set's.
+MEMORY_PEAK_BYTES = MEMORY_RSS_PEAK_BYTES
+LEGACY_MEMORY_PEAK_BYTES = "memory/peak_bytes"
+#: Largest live tensor bytes of any phase on the sampled step (``trainer.memory_profile_step``):
+#: activations and temporaries, and the gradients a backward allocates in its phase.
+MEMORY_PEAK_TENSOR_BYTES = "memory/peak_tensor_bytes"
 #: The x-axes an accuracy-versus-compute plot may use.
 COMPUTE_AXES = (COMPUTE_FLOPS, COMPUTE_ROLLOUT_TOKENS, COMPUTE_ROLLOUT_SAMPLES, COMPUTE_WALL_S)
 #: Phases the FLOP and wall-clock counters are split into.
@@ -59,6 +72,12 @@ START_DIFFICULTY_KEYS = ("mean", "std", "mid_fraction", "never_fraction", "alway
 def flops_phase(phase: str) -> str:
     """Cumulative analytic FLOPs of one phase, e.g. ``compute/flops/rollout``."""
     return f"{COMPUTE_FLOPS}/{phase}"
+
+
+def peak_tensor_phase(phase: str) -> str:
+    """Peak live tensor bytes of one phase on the sampled step, e.g.
+    ``memory/peak_tensor_bytes/update``."""
+    return f"{MEMORY_PEAK_TENSOR_BYTES}/{phase}"
 
 
 def wall_phase(phase: str) -> str:
@@ -89,6 +108,22 @@ CRITIC_LOSS = "critic/loss"
 CRITIC_EXPLAINED_VAR = "critic/explained_variance"
 CRITIC_CALIBRATION = "critic/calibration_error"  # prompt critics: |mean p - mean R|
 CRITIC_GRAD_NORM = "critic/grad_norm"
+# Held-out calibration, logged at every evaluation point (benchmarks.evaluation.calibration).
+#: Prompt critic: Pearson of sigmoid(v(x)) with the empirical success rate (paper Fig. 7: 0.642).
+CRITIC_CALIBRATION_PEARSON = "critic/calibration_pearson"
+CRITIC_CALIBRATION_ECE = "critic/calibration_ece"
+CRITIC_CALIBRATION_BRIER = "critic/calibration_brier"
+#: Token critic: explained variance of held-out returns, and Pearson of the value at the first
+#: response token with the empirical success rate.
+CRITIC_HELDOUT_EXPLAINED_VAR = "critic/heldout_explained_variance"
+CRITIC_FIRST_VALUE_PEARSON = "critic/first_value_pearson"
+#: The paper's reference (Fig. 7): Pearson of the prompt critic with empirical success.
+PAPER_CALIBRATION_PEARSON = 0.642
+#: Diagnostics of whether a critic learns at all: how far its head moved from its initial
+#: weights (L2 and largest entry), and the spread of its predictions over the step's batch.
+CRITIC_HEAD_DELTA_NORM = "critic/head_delta_norm"
+CRITIC_HEAD_DELTA_MAX = "critic/head_delta_max"
+CRITIC_VALUE_STD = "critic/value_std"
 
 GRADER_TIMEOUTS = "grader/timeouts"
 GRADER_ERRORS = "grader/errors"

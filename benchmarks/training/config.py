@@ -21,7 +21,13 @@ from algorithms import ConfigError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TrainerConfig", "trainer_defaults"]
+__all__ = ["CRITIC_HEAD_INITS", "TrainerConfig", "trainer_defaults"]
+
+#: ``trainer.critic_head_init``. zero: verl's zero head (a prompt critic starts at p = 0.5, a
+#: token critic at V = 0); start_success: the bias set, before the first critic forward, to the
+#: first batch's mean success s (the warm start's), as logit(s) for a prompt critic and s for a
+#: token critic, so the critic starts at the constant predictor's optimum instead of learning it.
+CRITIC_HEAD_INITS = ("zero", "start_success")
 
 
 @functools.cache
@@ -68,6 +74,12 @@ class TrainerConfig:
     eval_temperature: float = _yaml("eval_temperature")
     calibration_prompts: int = _yaml("calibration_prompts")
     calibration_samples: int = _yaml("calibration_samples")
+    calibration_every_eval: bool = _yaml("calibration_every_eval")
+    memory_profile_step: int = _yaml("memory_profile_step")
+    critic_warmup_steps: int | None = _yaml("critic_warmup_steps")
+    critic_mini_batches: int | None = _yaml("critic_mini_batches")
+    critic_epochs: int | None = _yaml("critic_epochs")
+    critic_head_init: str = _yaml("critic_head_init")
 
     def __post_init__(self) -> None:
         for name in (
@@ -107,6 +119,36 @@ class TrainerConfig:
             raise ConfigError(f"trainer.actor_lr={self.actor_lr} must be > 0")
         if self.critic_lr is not None and not self.critic_lr > 0:
             raise ConfigError(f"trainer.critic_lr={self.critic_lr} must be > 0 or null")
+        if self.memory_profile_step < -1:
+            raise ConfigError(
+                f"trainer.memory_profile_step={self.memory_profile_step} must be a step >= 0, "
+                "or -1 (no profiled step)"
+            )
+        if self.critic_warmup_steps is not None and self.critic_warmup_steps < 0:
+            raise ConfigError(
+                f"trainer.critic_warmup_steps={self.critic_warmup_steps} must be >= 0 or null "
+                "(null: the algorithm's own, e.g. algorithm.ppo.params.critic_warmup_steps)"
+            )
+        for name in ("critic_mini_batches", "critic_epochs"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise ConfigError(
+                    f"trainer.{name}={v} must be >= 1 or null (null: the critic steps with the "
+                    "actor, on its mini-batches and epochs)"
+                )
+        if (
+            self.critic_mini_batches is not None
+            and self.samples_per_step % self.critic_mini_batches
+        ):
+            raise ConfigError(
+                f"trainer.critic_mini_batches={self.critic_mini_batches} must divide "
+                f"trainer.samples_per_step={self.samples_per_step}"
+            )
+        if self.critic_head_init not in CRITIC_HEAD_INITS:
+            raise ConfigError(
+                f"trainer.critic_head_init={self.critic_head_init!r}: allowed "
+                f"{list(CRITIC_HEAD_INITS)}"
+            )
         if not 0.0 <= self.temperature <= 10.0:
             raise ConfigError(f"trainer.temperature={self.temperature} must be in [0, 10]")
         if not 0.0 < self.top_p <= 1.0:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,9 +33,11 @@ from benchmarks.engines.fastdecode import prefix_hidden, supports_backbone
 from benchmarks.engines.rollout import Rollout, RolloutEngine
 from benchmarks.engines.teacher_forced import bucketed_logprobs, by_length, sequence_inputs
 from benchmarks.engines.torch_engine import TorchEngine
+from benchmarks.evaluation.calibration import prompt_critic_calibration, token_critic_calibration
 from benchmarks.evaluation.evaluate import EvalResult, evaluate_greedy, group_accuracies
 from benchmarks.tasks.base import Task, TaskProblem
 from benchmarks.telemetry import metrics as M
+from benchmarks.telemetry.memory import component_metrics, module_memory
 from benchmarks.telemetry.meter import Budget, ComputeMeter, FlopModel
 from benchmarks.telemetry.tracking import NullTracker, Tracker
 from benchmarks.training.config import TrainerConfig
@@ -211,6 +214,9 @@ class RLTrainer:
                 self.critic.parameters(), lr=lr, weight_decay=config.weight_decay
             )
             self.critic_fm = FlopModel.from_config(self.critic.config)
+            #: The head as initialised: how far training moved it is a diagnostic of whether the
+            #: critic learns at all (``critic/head_delta_*``).
+            self._head0 = self._head_vector()
         #: Skip the old-log-prob pass when the update is on-policy (see ``_on_policy``).
         self.skip_old_logprob = True
         self.step = 0
@@ -237,7 +243,11 @@ class RLTrainer:
                 self._log(first)
             while self._fits():
                 before = self.budget.spent(self.meter)
-                stats = self.train_step()
+                self.meter.trace_memory = self.step == self.cfg.memory_profile_step
+                try:
+                    stats = self.train_step()
+                finally:
+                    self.meter.trace_memory = False
                 self._step_cost = max(self._step_cost, self.budget.spent(self.meter) - before)
                 self.step += 1
                 self._log({**stats, **self._maybe_eval(last=not self._fits())})
@@ -283,8 +293,11 @@ class RLTrainer:
             # critic: values before the update (baselines, GAE, value clipping).
             values = None
             if self.critic is not None:
+                if self.step == 0 and self.cfg.critic_head_init == "start_success":
+                    self._init_head(batch.scores)
                 with meter.phase("critic", flops=self._critic_flops(ro)):
                     values = self._critic_values(ro)
+                stats[M.CRITIC_VALUE_STD] = self._prediction_std(values, mask)
 
         # advantages
         token_kl = None
@@ -302,6 +315,7 @@ class RLTrainer:
 
         # update: PPO epochs over mini-batches, each a critic step then an actor step.
         stats.update(self._update(batch, old_lp, ref_lp, adv, returns, values))
+        stats.update(self._critic_metrics())
         # observe: an algorithm that carries state between steps (SPO's tracker) sees the step's
         # outcomes, and the updated policy's log-probs if it asks for them.
         new_lp = None
@@ -493,20 +507,40 @@ class RLTrainer:
         mb = max(1, B // cfg.mini_batches)
         gen = torch.Generator().manual_seed(self.seed * 7919 + self.step)
         acc: dict[str, list[float]] = {}
-        train_actor = self.step >= alg.critic_warmup_steps
+        train_actor = self.step >= self.critic_warmup_steps
         nonfinite = None
+        # The critic's own schedule (trainer.critic_mini_batches / critic_epochs): its steps come
+        # first, on a permutation of their own, so the actor's mini-batches are the ones they
+        # would be without it.
+        separate = self.critic is not None and (
+            cfg.critic_mini_batches is not None or cfg.critic_epochs is not None
+        )
+        if separate:
+            cmb = max(1, B // (cfg.critic_mini_batches or cfg.mini_batches))
+            cgen = torch.Generator().manual_seed(self.seed * 7919 + self.step + 104729)
+            for _epoch in range(cfg.critic_epochs or alg.ppo_epochs):
+                corder = torch.randperm(B, generator=cgen)
+                for i in range(0, B, cmb):
+                    idx = corder[i : i + cmb]
+                    old_v = None if old_values is None else old_values[idx]
+                    vm, failed = self._critic_update(ro.select(idx), returns[idx], old_v)
+                    nonfinite = failed or nonfinite
+                    for k, val in vm.items():
+                        acc.setdefault(k, []).append(val)
         for _epoch in range(alg.ppo_epochs):
             order = torch.randperm(B, generator=gen)
             for i in range(0, B, mb):
                 idx = order[i : i + mb]
                 sub = ro.select(idx)
-                if self.critic is not None:
+                if self.critic is not None and not separate:
                     old_v = None if old_values is None else old_values[idx]
                     vm, failed = self._critic_update(sub, returns[idx], old_v)
                     nonfinite = failed or nonfinite
                     for k, val in vm.items():
                         acc.setdefault(k, []).append(val)
                 if not train_actor:
+                    if separate:
+                        break
                     continue
                 old = None if old_lp is None else old_lp[idx]
                 ref = None if ref_lp is None else ref_lp[idx]
@@ -697,8 +731,12 @@ class RLTrainer:
             )
         if self.cfg.eval_k > 0 and (fraction >= 1.0 or self.cfg.eval_k_every_checkpoint):
             self._eval_sampled(fraction)
-        if fraction >= 1.0 and self.alg.critic == "prompt" and self.cfg.calibration_prompts > 0:
-            self._log_calibration()
+        if (
+            self.critic is not None
+            and self.cfg.calibration_prompts > 0
+            and (fraction >= 1.0 or self.cfg.calibration_every_eval)
+        ):
+            m.update(self._calibration(table=fraction >= 1.0))
         self.on_progress(self.budget.fraction(self.meter), {"acc": res.accuracy})
         self.on_eval(fraction, res)
         return m
@@ -738,9 +776,11 @@ class RLTrainer:
         )
 
     @torch.no_grad()
-    def _log_calibration(self) -> None:
-        """Prompt critic's predicted success p = sigmoid(v(x)) next to the policy's empirical
-        success rate over k samples, per held-out prompt (the data of the paper's Fig. 7)."""
+    def _calibration(self, table: bool) -> dict[str, float]:
+        """The critic's predictions next to the policy's empirical success rate over k samples,
+        per held-out prompt (the data of the paper's Fig. 7), as metrics; with ``table``, the
+        prompt critic's per-prompt table artifact too. The samples' seed depends on the run's
+        seed only, so every evaluation point asks the same prompts with the same draws."""
         assert self.critic is not None
         cfg = self.cfg
         probs = list(self.task.eval_problems()[: cfg.calibration_prompts])
@@ -753,20 +793,89 @@ class RLTrainer:
                 max_new_tokens=cfg.max_new_tokens,
                 seed=self.seed + 424242,
             )
-            scores = torch.tensor(
-                self.task.grade(ro.texts, [p for p in probs for _ in range(k)]).scores
-            ).view(len(probs), k)
-            first = ro.select(torch.arange(0, len(ro.texts), k))
-            predicted = torch.sigmoid(self._critic_values(first))
-        self.tracker.log_table(
-            {
-                "prompt": [p.prompt for p in probs],
-                "predicted": predicted.tolist(),
-                "empirical": scores.mean(1).tolist(),
-                "k": [k] * len(probs),
-            },
-            "critic_calibration.json",
-        )
+            flat = torch.tensor(
+                self.task.grade(ro.texts, [p for p in probs for _ in range(k)]).scores,
+                dtype=torch.float64,
+            )
+            scores = flat.view(len(probs), k)
+            if self.alg.critic == "prompt":
+                first = ro.select(torch.arange(0, len(ro.texts), k))
+                predicted = torch.sigmoid(self._critic_values(first))
+                metrics = prompt_critic_calibration(predicted, scores)
+            else:
+                values = self._critic_values(ro)
+                metrics = token_critic_calibration(values, ro.response_mask, flat, k)
+        if table and self.alg.critic == "prompt":
+            self.tracker.log_table(
+                {
+                    "prompt": [p.prompt for p in probs],
+                    "predicted": predicted.tolist(),
+                    "empirical": scores.mean(1).tolist(),
+                    "k": [k] * len(probs),
+                },
+                "critic_calibration.json",
+            )
+        return metrics
+
+    # ------------------------------------------------------------------ critic diagnostics
+
+    @property
+    def critic_warmup_steps(self) -> int:
+        """Steps that train only the critic: ``trainer.critic_warmup_steps``, else the
+        algorithm's own. The actor stays at the start, so these steps sample from it, and they
+        are budgeted like any other."""
+        if self.critic is None:
+            return 0
+        own = self.cfg.critic_warmup_steps
+        return self.alg.critic_warmup_steps if own is None else own
+
+    def _head_vector(self) -> torch.Tensor:
+        assert self.critic is not None
+        h = self.critic.head
+        return torch.cat([h.weight.detach().flatten(), h.bias.detach().flatten()]).clone()
+
+    @torch.no_grad()
+    def _init_head(self, scores: torch.Tensor) -> None:
+        """``trainer.critic_head_init=start_success``: the bias at the first batch's mean
+        success s (logit(s) for a prompt critic, s for a token critic), the weights at 0, so
+        the critic starts as the best constant predictor (see ``CRITIC_HEAD_INITS``)."""
+        assert self.critic is not None
+        s = float(scores.float().mean())
+        if self.alg.critic == "prompt":
+            s = min(max(s, 1e-3), 1 - 1e-3)
+            bias = math.log(s / (1 - s))
+        else:
+            bias = s
+        self.critic.head.weight.zero_()
+        self.critic.head.bias.fill_(bias)
+        self._head0 = self._head_vector()
+        log.info("critic head initialised at bias %.4f (first batch's success %.4f)", bias, s)
+
+    def _prediction_std(self, values: torch.Tensor, mask: torch.Tensor) -> float:
+        """Spread of the critic's predictions over the batch: of sigmoid(v) for a prompt
+        critic, of the value at the first response token for a token critic. Near 0, the
+        critic predicts one number for every prompt."""
+        pred = torch.sigmoid(values) if self.alg.critic == "prompt" else values[:, 0]
+        return float(pred.double().std(unbiased=False)) if pred.numel() else 0.0
+
+    def memory_metrics(self) -> dict[str, float]:
+        """Bytes of the parameters, gradients and optimizer state of each component the run
+        holds (``memory/<component>/<kind>_bytes``)."""
+        parts = {"policy": module_memory(self.policy, self.opt)}
+        if self.critic is not None:
+            parts["critic"] = module_memory(self.critic, self.critic_opt)
+        if self.reference is not None:
+            parts["reference"] = {"params": module_memory(self.reference)["params"]}  # frozen
+        return component_metrics(parts)
+
+    def _critic_metrics(self) -> dict[str, float]:
+        if self.critic is None:
+            return {}
+        delta = self._head_vector() - self._head0
+        return {
+            M.CRITIC_HEAD_DELTA_NORM: float(delta.double().norm()),
+            M.CRITIC_HEAD_DELTA_MAX: float(delta.abs().max()),
+        }
 
     # ------------------------------------------------------------------ state and logging
 
@@ -785,6 +894,13 @@ class RLTrainer:
             "optimizer": self.opt.state_dict(),
             "critic": None if self.critic is None else self.critic.state_dict(),
             "critic_optimizer": None if self.critic is None else self.critic_opt.state_dict(),
+            # The initial head is the zero head unless trainer.critic_head_init says otherwise;
+            # only then is it kept (the default checkpoint keeps the layout it always had).
+            **(
+                {"critic_head_init": self._head0}
+                if self.critic is not None and self.cfg.critic_head_init != "zero"
+                else {}
+            ),
             "reference_fingerprint": _fingerprint(self.reference),
             "stream": self.stream.state_dict(),
             "meter": self.meter.state_dict(),
@@ -811,6 +927,8 @@ class RLTrainer:
         if self.critic is not None:
             self.critic.load_state_dict(state["critic"])
             self.critic_opt.load_state_dict(state["critic_optimizer"])
+            if "critic_head_init" in state:  # absent: the zero head
+                self._head0 = state["critic_head_init"].clone()
         self.stream.load_state_dict(state["stream"])
         self.meter.load_state_dict(state["meter"])
         self.step, self.skipped = state["step"], state["skipped"]
@@ -820,6 +938,6 @@ class RLTrainer:
         self.alg.load_state_dict(state.get("algorithm", {}))
 
     def _log(self, stats: dict[str, float]) -> None:
-        m = {**stats, **self.meter.metrics()}
+        m = {**stats, **self.meter.metrics(), **self.memory_metrics()}
         self.tracker.log_metrics(m, step=self.step)
         self.on_progress(self.budget.fraction(self.meter), {})

@@ -211,9 +211,12 @@ def test_calibration_table_is_the_critic_against_the_empirical_success(start64, 
     probs = list(mixed.eval_problems()[:prompts])
     assert table["prompt"] == [p.prompt for p in probs]
     assert table["k"] == [k] * prompts
-    # The calibration rollout: k responses for each of those prompts.
+    # The calibration rollout: k responses for each of those prompts. It runs at every eval
+    # point (trainer.calibration_every_eval); the table is the final one's.
     asked = [p.prompt for p in probs for _ in range(k)]
-    ((sent, ro),) = [(s, r) for s, r in trainer.engine.calls if sorted(s) == sorted(asked)]
+    calls = [(s, r) for s, r in trainer.engine.calls if sorted(s) == sorted(asked)]
+    assert len(calls) == len(trainer.evals)
+    sent, ro = calls[-1]
     scores = [1.0 if t[:1].isdigit() else 0.0 for t in ro.texts]  # the dense reward
     empirical = [
         sum(s for s, q in zip(scores, sent, strict=True) if q == p.prompt) / k for p in probs
