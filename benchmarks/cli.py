@@ -8,6 +8,9 @@
     sppo-bench report [--experiment NAME | --run-id ID] [--out DIR] [--tracking-uri URI]
     sppo-bench sweep SPEC [--trials N] [--workers W] [--storage URL] [--resume]
     sppo-bench bench [--quick] [--out PATH]   engine/trainer speed vs the CPU's GEMM ceiling and TRL
+    sppo-bench memory [--config FILE] [--set key=value ...]
+                                              per-GPU memory projected for the paper's 1.5B and 7B
+                                              settings (no download), beside its reported peaks
 
 Overrides are Hydra's (``algorithm=[sppo,grpo] budget.limit=32768 seeds=3 task.horizon=3``); the
 config tree is ``benchmarks/conf``. Errors in the config exit with status 2 before any compute,
@@ -287,11 +290,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         from benchmarks.bench.run import main as bench_main
 
         return bench_main(rest)
+    if cmd == "memory":
+        from benchmarks.telemetry.memory_projection import main as memory_main
+
+        return memory_main(rest)
     if cmd in ("-h", "--help", "help"):
         sys.stdout.write(__doc__ or "")
         return 0
     sys.stderr.write(
-        f"sppo-bench: unknown command {cmd!r}; allowed: run, eval, algorithms, report, sweep, bench\n"
+        f"sppo-bench: unknown command {cmd!r}; allowed: run, eval, algorithms, report, sweep, bench, "
+        "memory\n"
     )
     return 2
 
