@@ -31,9 +31,11 @@ from ._common import (
 from .calibration import (
     CALIBRATION_ARTIFACT,
     calibration_bins,
+    calibration_trajectory,
     expected_calibration_error,
     load_calibration,
     plot_calibration,
+    plot_calibration_trajectory,
 )
 from .curves import (
     Curve,
@@ -98,6 +100,7 @@ __all__ = [
     "aligned_curves",
     "bootstrap_ci",
     "calibration_bins",
+    "calibration_trajectory",
     "compute_to_target",
     "Curve",
     "describe_compute_to_target",
@@ -131,6 +134,7 @@ __all__ = [
     "plot_accuracy_vs_compute",
     "plot_accuracy_vs_horizon",
     "plot_calibration",
+    "plot_calibration_trajectory",
     "plot_memory",
     "plot_panels",
     "plot_training_curves",

@@ -6,6 +6,12 @@ At the end of a run with a prompt critic (SPPO) the trainer logs the table artif
 the fraction of k sampled responses that were correct. `load_calibration` reads those tables;
 `calibration_bins` and `expected_calibration_error` summarise them as a reliability diagram
 (equal-width bins of the prediction); `plot_calibration` draws it.
+
+At every evaluation point the trainer also logs the held-out calibration as metrics
+(``critic/calibration_pearson``, ``_ece``, ``_brier`` for a prompt critic,
+``critic/first_value_pearson`` and ``critic/heldout_explained_variance`` for a token critic):
+`calibration_trajectory` collects them against compute and `plot_calibration_trajectory` draws the
+Pearson correlation over compute beside the paper's 0.642.
 """
 
 from __future__ import annotations
@@ -24,16 +30,28 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
-from benchmarks.telemetry.metrics import CRITIC_CALIBRATION
+from benchmarks.telemetry.metrics import (
+    COMPUTE_FLOPS,
+    CRITIC_CALIBRATION,
+    CRITIC_CALIBRATION_BRIER,
+    CRITIC_CALIBRATION_ECE,
+    CRITIC_CALIBRATION_PEARSON,
+    CRITIC_FIRST_VALUE_PEARSON,
+    CRITIC_HELDOUT_EXPLAINED_VAR,
+    PAPER_CALIBRATION_PEARSON,
+)
 
 from ._common import algorithm_colors, order_algorithms
 
 __all__ = [
     "CALIBRATION_ARTIFACT",
+    "TRAJECTORY_METRICS",
     "calibration_bins",
+    "calibration_trajectory",
     "expected_calibration_error",
     "load_calibration",
     "plot_calibration",
+    "plot_calibration_trajectory",
 ]
 
 logger = logging.getLogger(__name__)
@@ -287,4 +305,112 @@ def plot_calibration(
             title=f"bin means ({bins} bins), 95% bars",
             title_fontsize="small",
         )
+    return ax
+
+
+#: The held-out calibration metrics logged at every evaluation point.
+TRAJECTORY_METRICS = (
+    CRITIC_CALIBRATION_PEARSON,
+    CRITIC_CALIBRATION_ECE,
+    CRITIC_CALIBRATION_BRIER,
+    CRITIC_FIRST_VALUE_PEARSON,
+    CRITIC_HELDOUT_EXPLAINED_VAR,
+)
+
+
+def calibration_trajectory(df: pd.DataFrame, x: str = COMPUTE_FLOPS) -> pd.DataFrame:
+    """The held-out calibration of every run with a critic, at each evaluation point.
+
+    Args:
+        df: a tidy frame from :func:`analysis.load_runs`.
+        x: the compute axis, read at the evaluation's step (or the last step before it).
+
+    Returns:
+        Columns run_id, algorithm, seed, step, ``x``, ``pearson`` (the prompt critic's
+        calibration Pearson, or the token critic's first-value Pearson: both correlate the
+        critic's reading of a prompt with its empirical success) and one column per metric of
+        :data:`TRAJECTORY_METRICS` the run logged; empty when none did.
+    """
+    cols = ["run_id", "algorithm", "seed", "step", x, "pearson"]
+    sub = df[df["metric"].isin(TRAJECTORY_METRICS)]
+    if sub.empty:
+        return pd.DataFrame(columns=cols)
+    wide = sub.pivot_table(
+        index=["run_id", "step"], columns="metric", values="value", aggfunc="last"
+    )
+    wide.columns.name = None
+    wide = wide.reset_index()
+    axis = df.loc[df["metric"] == x, ["run_id", "step", "value"]].rename(columns={"value": x})
+    wide = pd.merge_asof(
+        wide.sort_values("step", kind="stable"),
+        axis.sort_values("step", kind="stable"),
+        on="step",
+        by="run_id",
+        direction="backward",
+    )
+    meta_cols = ["run_id", *[c for c in ("algorithm", "seed") if c in df.columns]]
+    wide = wide.merge(df[meta_cols].drop_duplicates("run_id"), on="run_id", how="left")
+    prompt = wide.get(CRITIC_CALIBRATION_PEARSON, pd.Series(np.nan, index=wide.index))
+    token = wide.get(CRITIC_FIRST_VALUE_PEARSON, pd.Series(np.nan, index=wide.index))
+    wide["pearson"] = prompt.fillna(token)
+    for c in cols:
+        if c not in wide.columns:
+            wide[c] = np.nan
+    rest = [m for m in TRAJECTORY_METRICS if m in wide.columns]
+    return wide[cols + rest].sort_values(["run_id", "step"], kind="stable").reset_index(drop=True)
+
+
+def plot_calibration_trajectory(
+    df: pd.DataFrame,
+    ax: Axes | None = None,
+    *,
+    x: str = COMPUTE_FLOPS,
+    reference: float = PAPER_CALIBRATION_PEARSON,
+) -> Axes:
+    """Pearson correlation of each critic's prediction with held-out empirical success over
+    compute, one line per algorithm (mean over seeds at each evaluation point, faint lines per
+    seed), the paper's 0.642 (Fig. 7) as a dashed reference.
+
+    Args:
+        df: a tidy frame from :func:`analysis.load_runs`.
+        ax: axes to draw on; default a new figure.
+        x: the compute axis.
+        reference: the horizontal reference line (paper: 0.642 on held-out prompts).
+    """
+    from ._common import axis_label
+
+    if ax is None:
+        import matplotlib.pyplot as plt
+
+        _, ax = plt.subplots(figsize=(5.0, 3.6), layout="constrained")
+    traj = calibration_trajectory(df, x)
+    if traj.empty:
+        raise ValueError(
+            "no calibration trajectory: runs with a critic log critic/calibration_pearson or "
+            "critic/first_value_pearson at each evaluation point (trainer.calibration_every_eval)"
+        )
+    algos = order_algorithms(traj["algorithm"].dropna().astype(str).unique())
+    colors = algorithm_colors(algos)
+    for algo in algos:
+        rows = traj[traj["algorithm"].astype(str) == algo]
+        for _, run in rows.groupby("run_id"):
+            ax.plot(run[x], run["pearson"], color=colors[algo], alpha=0.25, lw=0.8)
+        rows = rows.assign(_i=rows.groupby("run_id").cumcount())
+        mean = rows.groupby("_i")[[x, "pearson"]].mean()
+        token = (
+            CRITIC_FIRST_VALUE_PEARSON in rows.columns
+            and rows[CRITIC_FIRST_VALUE_PEARSON].notna().any()
+        )
+        label = f"{algo} (value at the first token)" if token else f"{algo} (sigmoid(v(x)))"
+        ax.plot(
+            mean[x], mean["pearson"], color=colors[algo], marker="o", ms=3.5, lw=1.8, label=label
+        )
+    ax.axhline(reference, ls="--", lw=1.0, color="0.35", label=f"paper, held-out ({reference:g})")
+    ax.axhline(0.0, lw=0.6, color="0.7")
+    ax.set_ylim(-1.02, 1.02)
+    ax.set_xlabel(axis_label(x))
+    ax.set_ylabel("Pearson(prediction, empirical success)")
+    ax.set_title("Critic calibration on held-out prompts over training")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small", loc="lower right")
     return ax
