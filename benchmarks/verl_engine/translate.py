@@ -49,6 +49,7 @@ from typing import Any
 from algorithms import Algorithm, ConfigError
 from algorithms.base import Algorithm as _AlgorithmBase
 from benchmarks.suite.plan import SuitePlan
+from benchmarks.training.config import TrainerConfig
 
 __all__ = [
     "ALGORITHM_ENV",
@@ -256,6 +257,31 @@ def _algorithm_values(name: str, alg: Algorithm) -> dict[str, Any]:
     return v
 
 
+def _critic_schedule(trainer: TrainerConfig, prompts: int) -> dict[str, Any]:
+    """The trainer's critic settings as verl's: warm-up steps (``trainer.critic_warmup``),
+    epochs (``critic.ppo_epochs``) and mini-batches (``critic.ppo_mini_batch_size``, in prompts
+    as verl counts it). Unset (null) settings leave the algorithm's own values in place. verl
+    builds its critic head itself, so only the zero head (``critic_head_init=zero``) is offered."""
+    out: dict[str, Any] = {}
+    if trainer.critic_warmup_steps is not None:
+        out["trainer.critic_warmup"] = int(trainer.critic_warmup_steps)
+    if trainer.critic_epochs is not None:
+        out["critic.ppo_epochs"] = int(trainer.critic_epochs)
+    if trainer.critic_mini_batches is not None:
+        if prompts % trainer.critic_mini_batches:
+            raise ConfigError(
+                f"trainer.critic_mini_batches={trainer.critic_mini_batches} must divide the "
+                f"prompts per step ({prompts}) on engine=verl"
+            )
+        out["critic.ppo_mini_batch_size"] = prompts // trainer.critic_mini_batches
+    if trainer.critic_head_init != "zero":
+        raise ConfigError(
+            f"trainer.critic_head_init={trainer.critic_head_init!r}: engine=verl initialises its "
+            "critic's head itself; allowed there: ['zero']"
+        )
+    return out
+
+
 def _check_wrappable(name: str, alg: Algorithm) -> None:
     """Refuse, naming what is missing, registry algorithms verl cannot run through wrappers."""
     if alg.critic != "none":
@@ -435,6 +461,7 @@ def translate(
         )
         if not eng["use_dynamic_bsz"]:
             v["critic.ppo_micro_batch_size_per_gpu"] = int(eng["micro_batch_size_per_gpu"])
+        v.update(_critic_schedule(trainer, prompts))
     params = {
         f: getattr(alg.config, f) for f in alg.config.__dataclass_fields__
     }  # the full registry config, so workers rebuild exactly this algorithm

@@ -1,0 +1,33 @@
+"""The trainer's critic settings map onto verl's keys (verl-free: the translation only)."""
+
+from __future__ import annotations
+
+import pytest
+
+from algorithms import ConfigError
+from benchmarks.training.config import TrainerConfig
+from benchmarks.verl_engine.translate import _critic_schedule
+
+
+def test_unset_settings_leave_the_algorithms_values():
+    assert _critic_schedule(TrainerConfig(samples_per_step=64), 64) == {}
+
+
+def test_each_setting_has_its_verl_key():
+    t = TrainerConfig(
+        samples_per_step=64, critic_warmup_steps=5, critic_epochs=3, critic_mini_batches=4
+    )
+    assert _critic_schedule(t, 16) == {
+        "trainer.critic_warmup": 5,
+        "critic.ppo_epochs": 3,
+        "critic.ppo_mini_batch_size": 4,  # verl counts mini-batches in prompts
+    }
+
+
+def test_refusals_name_the_key():
+    t = TrainerConfig(samples_per_step=64, critic_mini_batches=4)
+    with pytest.raises(ConfigError, match=r"trainer.critic_mini_batches=4 must divide .* \(6\)"):
+        _critic_schedule(t, 6)
+    t = TrainerConfig(samples_per_step=64, critic_head_init="start_success")
+    with pytest.raises(ConfigError, match=r"critic_head_init='start_success'.*\['zero'\]"):
+        _critic_schedule(t, 16)
