@@ -728,22 +728,22 @@ def _prewarm(cfg: Any) -> None:
     try:
         import torch
 
+        from benchmarks.suite.plan import validate
         from benchmarks.suite.run_one import load_start_model
-        from benchmarks.tasks.arith import ArithTask
+        from benchmarks.tasks.base import CharTask
         from benchmarks.tasks.build import build_task
         from benchmarks.training.modeling import build_char_tokenizer
 
-        if (
-            cfg.model.name_or_path is not None
-            or cfg.task.name != "arith"
-            or not cfg.warmstart.enabled
-        ):
+        if cfg.model.name_or_path is not None or not cfg.warmstart.enabled:
             return
-        torch.set_num_threads(int(cfg.threads))  # as a trial would (threads per worker)
+        plan = validate(cfg)
         task = build_task(cfg.task)
-        tokenizer = build_char_tokenizer(ArithTask.alphabet)
         try:
-            load_start_model(cfg, int(cfg.seed), task, tokenizer)
+            if not isinstance(task, CharTask):
+                return
+            torch.set_num_threads(int(cfg.threads))  # as a trial would (threads per worker)
+            tokenizer = build_char_tokenizer(task.alphabet)
+            load_start_model(plan, int(cfg.seed), task, tokenizer)
         finally:
             close = getattr(task, "close", None)
             if close:

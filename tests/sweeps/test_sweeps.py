@@ -117,9 +117,10 @@ def _values_are_the_runs_accuracies(
 
 
 @pytest.mark.slow  # two spawned workers: ~40-60 s on 2 loaded cores
-def test_parallel_sweep_two_workers_with_a_failing_trial(tmp_path, base):
+def test_parallel_sweep_two_workers_with_a_failing_trial(tmp_path, base, caplog):
     """4 trials over 2 algorithms (equal effort) on 2 workers; one trial's point cannot run
-    (mini_batches=3 does not divide 32 samples): it is FAIL with its error, the rest complete."""
+    (mini_batches=3 does not divide 32 samples): it is FAIL with its error, the rest complete.
+    The warm start is built once, in the main process, before the workers start."""
     spec = parse_spec(
         _spec(
             base,
@@ -139,7 +140,9 @@ def test_parallel_sweep_two_workers_with_a_failing_trial(tmp_path, base):
         name="par",
     )
     stores = _stores(tmp_path)
-    result = run_sweep(spec, workers=2, **stores)
+    with caplog.at_level("WARNING", logger="sweeps.runner"):
+        result = run_sweep(spec, workers=2, **stores)
+    assert "could not build the warm start" not in caplog.text
 
     assert result.studies == ["par-sppo", "par-grpo"]
     trials = [
