@@ -201,6 +201,20 @@ def validate(cfg: Any) -> SuitePlan:
             model_spec(as_dict(cfg.model)).check(longest + response)
         except ValueError as e:
             raise ConfigError(str(e)) from e
+    from benchmarks.training.critic_model import critic_spec
+
+    for name, t in trainers.items():  # a smaller tiny critic: checked like model.*
+        if isinstance(t.critic_model, Mapping) and built[name].critic != "none":
+            positions = 0
+            if not real_model:
+                positions = max(len(p.prompt) for p in task.eval_problems()) + int(
+                    cfg.trainer.max_new_tokens
+                )
+            critic_spec(
+                t.critic_model,
+                None if real_model else model_spec(as_dict(cfg.model)),
+                positions,
+            )
     if cfg.engine.name == "torch":  # verl's own `engine.rollout` names verl's backend
         check_rollout_config(cfg.engine)
     from omegaconf import OmegaConf

@@ -186,6 +186,13 @@ def run_one(
                 if ctx.on_eval is not None:
                     ctx.on_eval(name, seed, frac, res.accuracy)
 
+            critic_base = None
+            if alg.critic != "none":
+                from benchmarks.training.critic_model import load_critic_base
+
+                critic_base = load_critic_base(
+                    plan, tcfg.critic_model, seed, ctx.task, ctx.tokenizer
+                )
             trainer = RLTrainer(
                 algorithm=alg,
                 policy=policy,
@@ -200,7 +207,7 @@ def run_one(
                 prompt_seed=seed,
                 tracker=tracker,
                 reference=reference,
-                critic_base=start,
+                critic_base=start if critic_base is None else critic_base,
                 on_progress=on_progress,
                 on_eval=on_eval,
                 checkpointer=checkpointer,

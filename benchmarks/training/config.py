@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from algorithms import ConfigError
+from benchmarks.training.critic_model import check_critic_model
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,9 @@ class TrainerConfig:
     critic_mini_batches: int | None = _yaml("critic_mini_batches")
     critic_epochs: int | None = _yaml("critic_epochs")
     critic_head_init: str = _yaml("critic_head_init")
+    #: None (the policy's copy), an HF id or directory, or a mapping of tiny-Llama fields
+    #: (benchmarks/training/critic_model.py).
+    critic_model: Any = _yaml("critic_model")
 
     def __post_init__(self) -> None:
         for name in (
@@ -149,6 +153,7 @@ class TrainerConfig:
                 f"trainer.critic_head_init={self.critic_head_init!r}: allowed "
                 f"{list(CRITIC_HEAD_INITS)}"
             )
+        check_critic_model(self.critic_model)
         if not 0.0 <= self.temperature <= 10.0:
             raise ConfigError(f"trainer.temperature={self.temperature} must be in [0, 10]")
         if not 0.0 < self.top_p <= 1.0:

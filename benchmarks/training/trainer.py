@@ -208,7 +208,15 @@ class RLTrainer:
         self.reference = reference if algorithm.uses_reference else None
         self.critic: ValueModel | None = None
         if algorithm.critic != "none":
-            self.critic = ValueModel(critic_base if critic_base is not None else policy)
+            base = critic_base if critic_base is not None else policy
+            vocab = getattr(base.config, "vocab_size", None)
+            if vocab is not None and vocab < len(tokenizer):
+                raise ConfigError(
+                    f"trainer.critic_model: the critic's vocabulary ({vocab} tokens) is smaller "
+                    f"than the policy's tokenizer ({len(tokenizer)}); the critic must share the "
+                    "policy's tokenizer"
+                )
+            self.critic = ValueModel(base)
             lr = config.critic_lr if config.critic_lr is not None else algorithm.critic_lr
             self.critic_opt = torch.optim.AdamW(
                 self.critic.parameters(), lr=lr, weight_decay=config.weight_decay

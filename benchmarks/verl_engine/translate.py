@@ -257,6 +257,23 @@ def _algorithm_values(name: str, alg: Algorithm) -> dict[str, Any]:
     return v
 
 
+def _critic_path(trainer: TrainerConfig, eng: Mapping[str, Any], model: str) -> str:
+    """verl's ``critic.model.path``: ``trainer.critic_model`` (an HF id or directory), else
+    ``engine.critic_model``, else the policy's checkpoint. Both set must agree; a tiny-Llama
+    spec has no checkpoint for verl to load."""
+    own, engine = trainer.critic_model, eng.get("critic_model")
+    if isinstance(own, Mapping):
+        raise ConfigError(
+            "trainer.critic_model: a tiny-Llama spec is the torch engine's; engine=verl needs an "
+            "HF id or directory (or engine.critic_model)"
+        )
+    if own is not None and engine and str(own) != str(engine):
+        raise ConfigError(
+            f"trainer.critic_model={own} and engine.critic_model={engine} disagree; set one"
+        )
+    return str(own or engine or model)
+
+
 def _critic_schedule(trainer: TrainerConfig, prompts: int) -> dict[str, Any]:
     """The trainer's critic settings as verl's: warm-up steps (``trainer.critic_warmup``),
     epochs (``critic.ppo_epochs``) and mini-batches (``critic.ppo_mini_batch_size``, in prompts
@@ -452,7 +469,7 @@ def translate(
                 "critic.optim.lr": float(critic_lr),
                 "critic.optim.weight_decay": float(trainer.weight_decay),
                 "critic.grad_clip": float(trainer.grad_clip),
-                "critic.model.path": str(eng["critic_model"] or model),
+                "critic.model.path": str(_critic_path(trainer, eng, model)),
                 "critic.model.enable_gradient_checkpointing": bool(eng["gradient_checkpointing"]),
                 "critic.ppo_max_token_len_per_gpu": int(max_tokens),
                 "critic.fsdp.param_offload": bool(eng["param_offload"]),

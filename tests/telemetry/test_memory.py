@@ -123,10 +123,8 @@ def test_trainer_logs_each_component(name):
     assert got == expect
     assert (tr.critic is not None) == any("/critic/" in k for k in last)
     phases = {k for k in last if k.startswith(M.MEMORY_PEAK_TENSOR_BYTES + "/")}
-    # ppo's step 0 is a critic warm-up step (testkit's overrides): no actor update in it.
-    want = {"rollout", *(["critic"] if tr.critic is not None else []), "update"} - (
-        {"update"} if name == "ppo" else set()
-    )
+    # step 1 is profiled (trainer.memory_profile_step): after ppo's one warm-up step
+    want = {"rollout", *(["critic"] if tr.critic is not None else []), "update"}
     assert {M.peak_tensor_phase(p) for p in want} <= phases
     assert last[M.MEMORY_PEAK_TENSOR_BYTES] == max(last[k] for k in phases) > 0
     assert M.MEMORY_RSS_PEAK_BYTES in last and M.LEGACY_MEMORY_PEAK_BYTES not in last

@@ -31,3 +31,19 @@ def test_refusals_name_the_key():
     t = TrainerConfig(samples_per_step=64, critic_head_init="start_success")
     with pytest.raises(ConfigError, match=r"critic_head_init='start_success'.*\['zero'\]"):
         _critic_schedule(t, 16)
+
+
+def test_critic_model_maps_onto_critic_model_path():
+    from benchmarks.verl_engine.translate import _critic_path
+
+    t = TrainerConfig(samples_per_step=64)
+    assert _critic_path(t, {"critic_model": None}, "policy") == "policy"
+    assert _critic_path(t, {"critic_model": "eng"}, "policy") == "eng"
+    own = TrainerConfig(samples_per_step=64, critic_model="org/small")
+    assert _critic_path(own, {"critic_model": None}, "policy") == "org/small"
+    assert _critic_path(own, {"critic_model": "org/small"}, "policy") == "org/small"
+    with pytest.raises(ConfigError, match="disagree"):
+        _critic_path(own, {"critic_model": "org/other"}, "policy")
+    tiny = TrainerConfig(samples_per_step=64, critic_model={"hidden_size": 64})
+    with pytest.raises(ConfigError, match="needs an HF id or directory"):
+        _critic_path(tiny, {}, "policy")
