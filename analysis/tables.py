@@ -262,8 +262,9 @@ MEMORY_SEGMENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
 def memory_components_table(df: pd.DataFrame) -> pd.DataFrame:
     """Memory per component and algorithm (the CPU analogue of the paper's peak VRAM): per run
     the largest value each ``memory/<component>/<kind>_bytes`` and ``memory/peak_tensor_bytes``
-    took, then the mean over seeds, in MiB. A run variant that logs a ``critic_model`` column
-    (a smaller critic) is its own row, ``<algorithm> (critic <model>)``.
+    took, then the mean over seeds, in MiB. A run whose critic is smaller than its policy
+    (``trainer.critic_model``) is its own row, ``<algorithm> (critic <ratio>x policy)``, or
+    ``<algorithm> (critic <model>)`` when the frame has a ``critic_model`` column.
 
     Columns: algorithm, one per :data:`MEMORY_SEGMENTS` label, total_mib; empty when no run
     logged the accounting (runs from before it, or verl's).
@@ -276,11 +277,23 @@ def memory_components_table(df: pd.DataFrame) -> pd.DataFrame:
     per_run = sub.groupby(["run_id", "metric"])["value"].max().unstack("metric")
     cols = ["run_id", "algorithm"] + (["critic_model"] if "critic_model" in df.columns else [])
     meta = df[cols].drop_duplicates("run_id").set_index("run_id")
+    meta = meta.reindex(per_run.index)
     if "critic_model" in meta.columns:
-        small = meta["critic_model"].notna() & (meta["critic_model"].astype(str) != "")
+        named = meta["critic_model"].notna() & (meta["critic_model"].astype(str) != "")
         meta["algorithm"] = meta["algorithm"].where(
-            ~small, meta["algorithm"] + " (critic " + meta["critic_model"].astype(str) + ")"
+            ~named, meta["algorithm"] + " (critic " + meta["critic_model"].astype(str) + ")"
         )
+    else:  # a critic smaller than the policy, recognised from the accounting itself
+        pol = per_run.get("memory/policy/params_bytes")
+        cri = per_run.get("memory/critic/params_bytes")
+        if pol is not None and cri is not None:
+            ratio = cri / pol
+            # below 0.75: not the policy's own copy (at most its LM head lighter), a smaller model
+            small = ratio < 0.75
+            meta["algorithm"] = meta["algorithm"].where(
+                ~small,
+                meta["algorithm"] + " (critic " + ratio.map(lambda r: f"{r:.2g}") + "x policy)",
+            )
     per_run = per_run.join(meta["algorithm"], how="left")
     out = pd.DataFrame(index=per_run.index)
     for label, ms in MEMORY_SEGMENTS:

@@ -36,7 +36,7 @@ def _frame() -> pd.DataFrame:
         "sppo",
         {
             **pol,
-            "memory/critic/params_bytes": [3 * MIB] * 2,
+            "memory/critic/params_bytes": [4 * MIB] * 2,
             "memory/critic/grads_bytes": [0, 3 * MIB],
             "memory/critic/optimizer_bytes": [0, 6 * MIB],
             M.MEMORY_PEAK_TENSOR_BYTES: [1 * MIB, 1 * MIB],
@@ -48,7 +48,7 @@ def _frame() -> pd.DataFrame:
         "sppo",
         {
             **pol,
-            "memory/critic/params_bytes": [3 * MIB] * 2,
+            "memory/critic/params_bytes": [4 * MIB] * 2,
             "memory/critic/grads_bytes": [0, 3 * MIB],
             "memory/critic/optimizer_bytes": [0, 6 * MIB],
             M.MEMORY_PEAK_TENSOR_BYTES: [3 * MIB, 3 * MIB],
@@ -72,11 +72,11 @@ def test_components_are_per_run_peaks_averaged_over_seeds():
     assert list(t.index) == ["sppo", "grpo"]
     assert t.loc["sppo", "policy weights"] == 4
     assert t.loc["sppo", "policy grads"] == 4 and t.loc["sppo", "policy Adam"] == 8
-    assert t.loc["sppo", "critic weights"] == 3 and t.loc["sppo", "critic grads + Adam"] == 9
+    assert t.loc["sppo", "critic weights"] == 4 and t.loc["sppo", "critic grads + Adam"] == 9
     assert t.loc["sppo", "peak activations"] == 2  # mean of 1 and 3 over the seeds
     assert t.loc["sppo", "reference weights"] == 0
     assert t.loc["grpo", "reference weights"] == 4 and t.loc["grpo", "critic weights"] == 0
-    assert t.loc["sppo", "total_mib"] == 4 + 4 + 8 + 3 + 9 + 2
+    assert t.loc["sppo", "total_mib"] == 4 + 4 + 8 + 4 + 9 + 2
     assert t.loc["grpo", "total_mib"] == 4 + 4 + 8 + 4 + 5
 
 
@@ -87,6 +87,16 @@ def test_a_small_critic_is_its_own_bar():
     t = memory_components_table(pd.concat([df, small])).set_index("algorithm")
     assert list(t.index) == ["sppo", "sppo (critic tiny-h64)", "grpo"]
     assert t.loc["sppo (critic tiny-h64)", "peak activations"] == 3
+
+
+def test_a_smaller_critic_is_recognised_from_the_accounting():
+    df = _frame()
+    small = df[df["run_id"] == "a1"].assign(run_id="c0")
+    small.loc[small["metric"] == "memory/critic/params_bytes", "value"] = MIB  # 1/4 of the policy
+    t = memory_components_table(pd.concat([df, small])).set_index("algorithm")
+    assert list(t.index) == ["sppo", "sppo (critic 0.25x policy)", "grpo"]
+    assert t.loc["sppo (critic 0.25x policy)", "critic weights"] == 1
+    assert t.loc["sppo", "critic weights"] == 4
 
 
 def test_old_runs_resident_set_is_still_read():
@@ -101,7 +111,7 @@ def test_plot_memory_stacks_the_components_or_falls_back():
     assert [t.get_text() for t in ax.get_xticklabels()] == ["sppo", "grpo"]
     assert "Memory per component" in ax.get_title()
     heights = sum(p.get_height() for p in ax.patches if p.get_x() < 0.5)
-    assert heights == pytest.approx(30)
+    assert heights == pytest.approx(31)
     old = _frame()
     old = old[~old["metric"].isin([m for m in old["metric"].unique() if m.count("/") == 2])]
     old = old[old["metric"] != M.MEMORY_PEAK_TENSOR_BYTES]
