@@ -261,7 +261,7 @@ def plot_memory(df: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
     ax.set_ylim(0, float(table["total_mib"].max()) * 1.18 or 1.0)
     ax.set_ylabel("MiB (mean over seeds)")
     ax.set_title("Memory per component (weights, grads, Adam, activations)")
-    ax.legend(fontsize="x-small", loc="upper right")
+    ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(True, axis="y", alpha=0.3)
     return ax
 
