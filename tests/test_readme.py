@@ -38,22 +38,25 @@ def test_user_algorithm_runs_through_the_harness(tmp_path, monkeypatch):
     conf = tmp_path / "conf" / "algorithm"
     conf.mkdir(parents=True)
     yaml = re.search(
-        r"```yaml\n(# @package algorithm\.dr_grpo\n.*?)```", (REPO / "README.md").read_text(), re.S
+        r"```yaml\n# @package algorithm\.dr_grpo\n(.*?)```", (REPO / "README.md").read_text(), re.S
     )
     assert yaml is not None
-    (conf / "dr_grpo.yaml").write_text(yaml.group(1))
+    # The README's route for the example: the same lines under the example's own name.
+    (conf / "dr_grpo_example.yaml").write_text(
+        "# @package algorithm.dr_grpo_example\n" + yaml.group(1)
+    )
     with _restore_registry():
         try:
             cfg = compose_config(
                 [
                     f"hydra.searchpath=[file://{tmp_path / 'conf'}]",
                     "plugins=[examples.dr_grpo]",
-                    "algorithm=[dr_grpo]",
+                    "algorithm=[dr_grpo_example]",
                     "seeds=1",
                     "warmstart.phases=[{steps:20,direct_fraction:0.0}]",
                     "task.horizon=1",
                     "trainer.samples_per_step=16",
-                    "algorithm.dr_grpo.params.group_size=4",
+                    "algorithm.dr_grpo_example.params.group_size=4",
                     "budget.limit=32",
                     "budget.eval_fractions=[0.0,1.0]",
                     "suite.report=false",
@@ -65,5 +68,5 @@ def test_user_algorithm_runs_through_the_harness(tmp_path, monkeypatch):
             result = run_suite(cfg, progress=False)
         finally:
             sys.modules.pop("examples.dr_grpo", None)
-    assert [r.algorithm for r in result.runs] == ["dr_grpo"]
+    assert [r.algorithm for r in result.runs] == ["dr_grpo_example"]
     assert result.runs[0].status == "FINISHED" and result.runs[0].steps == 2
