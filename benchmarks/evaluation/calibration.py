@@ -15,7 +15,7 @@ empirical success over k samples of it (the paper's Fig. 7 reports a Pearson cor
   the prompt) with the empirical rate.
 
 Undefined values (a constant prediction or outcome) are NaN, not 0: "no signal" and "cannot
-tell" are different findings.
+tell" are different findings. The trainer leaves them out of the log.
 """
 
 from __future__ import annotations

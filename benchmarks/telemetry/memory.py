@@ -4,7 +4,8 @@ The resident set of a CPU process is mostly the interpreter and its libraries, s
 a scalar prompt critic from a token critic. What differs between algorithms is the tensors they
 keep: the weights, gradients and optimizer states of the policy, the critic and the frozen
 reference, and the activations a phase holds at its peak. The first are counted exactly from the
-live tensors (numel x element size, each storage once); the second is read from torch's own
+live tensors (numel x element size, each storage once; gradients as the buffers a backward
+allocates for the trainable parameters); the second is read from torch's own
 allocator records on one sampled step (``torch.profiler`` with ``profile_memory=True``), because
 activations exist only inside a phase.
 
@@ -75,14 +76,19 @@ def optimizer_state_tensors(optimizer: torch.optim.Optimizer | None) -> Iterator
 def module_memory(
     module: torch.nn.Module | None, optimizer: torch.optim.Optimizer | None = None
 ) -> dict[str, int]:
-    """Bytes of a module's parameters, of their gradients as they are now (None: 0), and of the
-    optimizer's state (lazily created by the first step, so 0 before it)."""
+    """Bytes of a module's parameters, of the gradients a backward allocates for them, and of the
+    optimizer's state (created by the first step, so 0 before it; restored with a checkpoint).
+
+    Gradients are counted for every trainable parameter at its own dtype, whether or not they
+    are allocated at this moment: whether ``.grad`` still holds the last step's tensors depends
+    on the process's history (a resumed run, a step whose batch was filtered out), and a run's
+    numbers must not."""
     if module is None:
         return {}
     params = list(module.parameters())
     return {
         "params": tensor_bytes(params),
-        "grads": tensor_bytes(p.grad for p in params),
+        "grads": tensor_bytes(p for p in params if p.requires_grad),
         "optimizer": tensor_bytes(optimizer_state_tensors(optimizer)),
     }
 

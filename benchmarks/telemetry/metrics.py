@@ -56,7 +56,8 @@ MEMORY_RSS_PEAK_BYTES = "memory/rss_peak_bytes"
 MEMORY_PEAK_BYTES = MEMORY_RSS_PEAK_BYTES
 LEGACY_MEMORY_PEAK_BYTES = "memory/peak_bytes"
 #: Largest live tensor bytes of any phase on the sampled step (``trainer.memory_profile_step``):
-#: activations and temporaries, and the gradients a backward allocates in its phase.
+#: activations and temporaries, and the gradients a backward allocates in its phase. A
+#: measurement, not a count: identical runs were seen to differ by a few hundred bytes.
 MEMORY_PEAK_TENSOR_BYTES = "memory/peak_tensor_bytes"
 #: The x-axes an accuracy-versus-compute plot may use.
 COMPUTE_AXES = (COMPUTE_FLOPS, COMPUTE_ROLLOUT_TOKENS, COMPUTE_ROLLOUT_SAMPLES, COMPUTE_WALL_S)

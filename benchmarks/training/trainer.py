@@ -813,6 +813,9 @@ class RLTrainer:
             else:
                 values = self._critic_values(ro)
                 metrics = token_critic_calibration(values, ro.response_mask, flat, k)
+        # Undefined (a critic that predicts one value for every prompt has no correlation) is
+        # left out rather than logged as NaN, which no history comparison can match.
+        metrics = {key: v for key, v in metrics.items() if math.isfinite(v)}
         if table and self.alg.critic == "prompt":
             self.tracker.log_table(
                 {

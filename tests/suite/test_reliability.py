@@ -92,7 +92,7 @@ def _history(client, run) -> dict[str, list[tuple[int, float]]]:
     differ between any two runs)."""
     out = {}
     for key in run.data.metrics:
-        if key.startswith((M.COMPUTE_WALL_S, M.MEMORY_PEAK_BYTES)):
+        if key.startswith((M.COMPUTE_WALL_S, M.MEMORY_PEAK_BYTES, M.MEMORY_PEAK_TENSOR_BYTES)):
             continue
         out[key] = sorted(
             (m.step, m.value) for m in client.get_metric_history(run.info.run_id, key)

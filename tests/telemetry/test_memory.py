@@ -28,11 +28,12 @@ def test_module_memory_is_numel_times_element_size():
     torch.manual_seed(0)
     m = torch.nn.Sequential(torch.nn.Linear(7, 5), torch.nn.Linear(5, 3).to(torch.float64))
     opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
-    assert module_memory(m, opt) == {
-        "params": _by_hand(list(m.parameters())),
-        "grads": 0,
-        "optimizer": 0,
-    }
+    size = _by_hand(list(m.parameters()))
+    # Gradients counted before any backward: the buffers one will allocate (see module_memory).
+    assert module_memory(m, opt) == {"params": size, "grads": size, "optimizer": 0}
+    m[1].requires_grad_(False)  # frozen: no gradient buffers
+    assert module_memory(m, opt)["grads"] == (7 * 5 + 5) * 4
+    m[1].requires_grad_(True)
     for layer, dtype in ((m[0], torch.float32), (m[1], torch.float64)):
         layer(torch.randn(2, layer.in_features, dtype=dtype)).sum().backward()
     opt.step()
