@@ -32,9 +32,11 @@ from ._common import ACCURACY, REFERENCE, axis_label, order_algorithms, order_da
 from .calibration import (
     CALIBRATION_ARTIFACT,
     calibration_bins,
+    calibration_trajectory,
     expected_calibration_error,
     load_calibration,
     plot_calibration,
+    plot_calibration_trajectory,
 )
 from .curves import compute_to_target, describe_compute_to_target
 from .fit import fit_curves
@@ -46,6 +48,7 @@ from .tables import (
     format_accuracy_table,
     improvement_table,
     iqm_table,
+    memory_components_table,
     memory_table,
     summary_table,
     throughput_table,
@@ -297,6 +300,16 @@ def write_report(
             logger.warning("calibration tables not read from %s: %s", uri, err)
     if calibration is not None and not calibration.empty:
         _calibration_section(w, calibration)
+    if not calibration_trajectory(df).empty:
+        w.figure(
+            "calibration_trajectory",
+            "Critic calibration over training: Pearson correlation of each critic's prediction "
+            "(prompt critic: sigmoid(v(x)); token critic: its value at the first response token) "
+            "with the empirical success over k samples per held-out prompt, at every evaluation "
+            "point (faint: seeds); dashed: the paper's 0.642 (Fig. 7)",
+            lambda fig: plot_calibration_trajectory(df, fig.subplots()),
+            (5.0, 3.6),
+        )
 
     w.section("Compute, memory, throughput")
     w.table(
@@ -304,8 +317,21 @@ def write_report(
         f"Suite summary: means over seeds; {metric} averaged over benchmarks; compute at the end",
         summary_table(df, metric=metric),
     )
+    components = memory_components_table(df)
     memory = memory_table(df)
-    if memory["normalised"].notna().any():
+    if not components.empty:
+        w.figure(
+            "memory",
+            "Memory per component (mean over seeds of each run's peak, MiB): weights, gradients "
+            "and Adam states of the policy and critic, the reference's weights, and the largest "
+            "live tensor bytes of any phase on the profiled step (activations, temporaries and "
+            "the gradients a backward allocates); a critic smaller than its policy is its own bar",
+            lambda fig: plot_memory(df, ax=fig.subplots()),
+            (6.2, 3.8),
+        )
+        w.table("memory_components", "Memory per component (MiB)", components)
+        w.table("memory", "Peak resident set (MiB) and normalised to the largest", memory)
+    elif memory["normalised"].notna().any():
         w.figure(
             "memory",
             "Peak memory per algorithm (mean over seeds), normalised to the largest, MiB on "

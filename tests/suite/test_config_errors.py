@@ -75,7 +75,8 @@ CASES = [
     (["model.hidden_size=12"], ["model.hidden_size / model.num_heads = 3", "even"]),
     (["model.num_key_value_heads=3"], ["model.num_key_value_heads=3", "divide model.num_heads=4"]),
     (
-        ["model.max_position_embeddings=16"],
+        # Horizon 2: the longest prompt (6 characters) plus 18 response tokens.
+        ["task.horizon=2", "model.max_position_embeddings=16"],
         ["model.max_position_embeddings=16", "24 tokens", "max_position_embeddings>=24"],
     ),
     (
