@@ -731,23 +731,19 @@ def _prewarm(cfg: Any) -> None:
         from benchmarks.suite.plan import validate
         from benchmarks.suite.run_one import load_start_model
         from benchmarks.tasks.base import CharTask
-        from benchmarks.tasks.build import build_task
         from benchmarks.training.modeling import build_char_tokenizer
 
         if cfg.model.name_or_path is not None or not cfg.warmstart.enabled:
             return
-        plan = validate(cfg)
-        task = build_task(cfg.task)
+        plan = validate(cfg)  # builds the task once; the plan holds it
         try:
-            if not isinstance(task, CharTask):
+            if not isinstance(plan.task, CharTask):
                 return
             torch.set_num_threads(int(cfg.threads))  # as a trial would (threads per worker)
-            tokenizer = build_char_tokenizer(task.alphabet)
-            load_start_model(plan, int(cfg.seed), task, tokenizer)
+            tokenizer = build_char_tokenizer(plan.task.alphabet)
+            load_start_model(plan, int(cfg.seed), plan.task, tokenizer)
         finally:
-            close = getattr(task, "close", None)
-            if close:
-                close()
+            plan.task.close()
     except Exception as e:
         log.warning("could not build the warm start before the workers start (%s); they will", e)
 
