@@ -95,6 +95,27 @@ def _align_key(points: pd.DataFrame) -> str:
     return "eval_index"
 
 
+def _wide(sub: pd.DataFrame, values: str) -> pd.DataFrame:
+    """``values`` as array(run_id, _key), the last logged value of each cell, as
+    ``pivot_table(aggfunc="last")`` gives it. In plain numpy: the report calls this hundreds of
+    times on a few hundred rows, where pandas' per-call overhead made it the report's largest
+    cost."""
+    run = sub["run_id"].to_numpy()
+    key = sub["_key"].to_numpy(float)
+    val = sub[values].to_numpy(float)
+    ok = ~np.isnan(val) & ~np.isnan(key)
+    runs = sorted(set(run[ok].tolist()))
+    keys = sorted(set(key[ok].tolist()))
+    r_at = {r: i for i, r in enumerate(runs)}
+    k_at = {k: j for j, k in enumerate(keys)}
+    out = np.full((len(runs), len(keys)), np.nan)
+    for r, k, v in zip(run[ok].tolist(), key[ok].tolist(), val[ok].tolist(), strict=True):
+        out[r_at[r], k_at[k]] = v  # rows in logged order: the last one wins
+    return pd.DataFrame(
+        out, index=pd.Index(runs, name="run_id"), columns=pd.Index(keys, name="_key")
+    )
+
+
 def aligned_curves(
     points: pd.DataFrame,
     x: str = COMPUTE_ROLLOUT_TOKENS,
@@ -119,13 +140,11 @@ def aligned_curves(
     curves: dict[str, Curve] = {}
     for algo in order_algorithms(pts["algorithm"].dropna().unique()):
         sub = pts[pts["algorithm"] == algo]
-        y = sub.pivot_table(index="run_id", columns="_key", values=metric, aggfunc="last")
-        xs = sub.pivot_table(index="run_id", columns="_key", values=x, aggfunc="last")
-        xs = xs.reindex(index=y.index, columns=y.columns)
+        y = _wide(sub, metric)
+        xs = _wide(sub, x).reindex(index=y.index, columns=y.columns)
         se = None
         if se_col in sub.columns and sub[se_col].notna().any():
-            se = sub.pivot_table(index="run_id", columns="_key", values=se_col, aggfunc="last")
-            se = se.reindex(index=y.index, columns=y.columns).to_numpy(float)
+            se = _wide(sub, se_col).reindex(index=y.index, columns=y.columns).to_numpy(float)
         with np.errstate(invalid="ignore"):
             x_mean = np.nanmean(xs.to_numpy(float), axis=0)
         curves[algo] = Curve(

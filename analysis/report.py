@@ -83,6 +83,9 @@ class _Writer:
             path = self.out / f"{name}.{ext}"
             fig.savefig(path, dpi=150 if ext == "png" else None)
             self.files.append(path)
+            # The layout (in inches) is the same for both files; solving it again for the PDF
+            # would double the report's largest cost.
+            fig.set_layout_engine("none")
         self.lines += [f"![{caption}]({name}.png)", "", f"*{caption}* ([PDF]({name}.pdf))", ""]
 
     def table(

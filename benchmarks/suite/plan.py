@@ -98,6 +98,8 @@ def as_dict(node: Any) -> dict[str, Any]:
 
 #: Tasks the tiny character model can be warm-started on (``CharTask``s).
 CHAR_TASKS = ("arith", "reasoning_gym")
+#: ``algorithm.<name>.critic`` keys: that algorithm's values of ``trainer.critic_<key>``.
+CRITIC_KEYS = ("warmup_steps", "mini_batches", "epochs", "head_init")
 
 
 def validate(cfg: Any) -> SuitePlan:
@@ -135,9 +137,16 @@ def validate(cfg: Any) -> SuitePlan:
         params = dict(node.pop("params", {}) or {})
         actor_lr = node.pop("actor_lr", None)
         critic_lr = node.pop("critic_lr", None)
+        critic = dict(node.pop("critic", {}) or {})
         if node:
             raise ConfigError(
-                f"algorithm.{name}.{sorted(node)[0]}: unknown key; allowed: actor_lr, critic_lr, params"
+                f"algorithm.{name}.{sorted(node)[0]}: unknown key; "
+                "allowed: actor_lr, critic_lr, critic, params"
+            )
+        bad = set(critic) - set(CRITIC_KEYS)
+        if bad:
+            raise ConfigError(
+                f"algorithm.{name}.critic.{sorted(bad)[0]}: unknown key; allowed: {list(CRITIC_KEYS)}"
             )
         try:
             alg = get_algorithm(name, **params)
@@ -147,11 +156,20 @@ def validate(cfg: Any) -> SuitePlan:
             raise ConfigError(
                 f"algorithm.{name}.critic_lr={critic_lr}: {name} trains no critic; set it to null"
             )
-        t = TrainerConfig(
-            **trainer_base,
-            **({"actor_lr": float(actor_lr)} if actor_lr is not None else {}),
-            critic_lr=None if critic_lr is None else float(critic_lr),
-        )
+        if alg.critic == "none" and any(v is not None for v in critic.values()):
+            raise ConfigError(f"algorithm.{name}.critic={critic}: {name} trains no critic")
+        # An algorithm's own critic settings (its tuned defaults) take the place of trainer's.
+        own = {f"critic_{k}": v for k, v in critic.items() if v is not None}
+        try:
+            t = TrainerConfig(
+                **{**trainer_base, **own},
+                **({"actor_lr": float(actor_lr)} if actor_lr is not None else {}),
+                critic_lr=None if critic_lr is None else float(critic_lr),
+            )
+        except ConfigError as e:
+            if not own:
+                raise
+            raise ConfigError(str(e).replace("trainer.critic_", f"algorithm.{name}.critic.")) from e
         if t.samples_per_step % alg.samples_per_prompt:
             raise ConfigError(
                 f"trainer.samples_per_step={t.samples_per_step} must be a multiple of "

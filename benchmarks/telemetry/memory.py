@@ -17,6 +17,7 @@ params, grads, optimizer) and ``memory/peak_tensor_bytes`` (the largest of the p
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -123,6 +124,9 @@ def trace_peak(out: list[int]) -> Iterator[None]:
     outside any clock it reads (see :meth:`ComputeMeter.phase`)."""
     from torch.profiler import ProfilerActivity, profile
 
+    # Kineto prints two lines to stderr per profiled phase at its default level; 6 is above its
+    # highest (read when a profile starts, so setting it here is enough). A user's value stays.
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     activities = [ProfilerActivity.CPU]
     if torch.cuda.is_available():
         activities.append(ProfilerActivity.CUDA)

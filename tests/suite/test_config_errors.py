@@ -29,6 +29,22 @@ CASES = [
     ),
     (["algorithm=[grpo]", "algorithm.grpo.actor_lr=-1"], ["actor_lr=-1.0", "> 0"]),
     (["algorithm=[sppo]", "algorithm.sppo.critic_lr=0"], ["critic_lr=0.0", "> 0 or null"]),
+    (
+        ["algorithm=[sppo]", "algorithm.sppo.critic.epochs=0"],
+        ["algorithm.sppo.critic.epochs=0", ">= 1 or null"],
+    ),
+    (
+        ["algorithm=[ppo]", "algorithm.ppo.critic.head_init=ones"],
+        ["algorithm.ppo.critic.head_init='ones'", "'zero'", "'start_success'"],
+    ),
+    (
+        ["algorithm=[sppo]", "+algorithm.sppo.critic.lr=1"],
+        ["algorithm.sppo.critic.lr", "unknown key", "'warmup_steps'", "'head_init'"],
+    ),
+    (
+        ["algorithm=[grpo]", "+algorithm.grpo.critic.epochs=2"],
+        ["algorithm.grpo.critic=", "trains no critic"],
+    ),
     (["budget.limit=-5"], ["budget.limit=-5.0", "> 0"]),
     (["budget.limit=0"], ["budget.limit=0.0", "> 0"]),
     (["budget.kind=gpu_hours"], ["budget.kind='gpu_hours'", "'samples'", "'flops'"]),

@@ -216,10 +216,10 @@ def test_resume_ends_with_exactly_the_requested_trials(tmp_path, base):
 
 def test_median_pruner_stops_a_collapsing_learning_rate(tmp_path, base):
     """Two good learning rates complete; actor lr 1e-2 collapses the policy after one step and is
-    pruned before spending its full budget."""
+    pruned before spending its full budget. (No critic warm-up: the actor moves from step 0.)"""
     spec = parse_spec(
         _spec(
-            base,
+            [*base, "algorithm.sppo.critic.warmup_steps=0"],
             trials=3,
             search_space={"algorithm.{alg}.actor_lr": {**LR, "high": 1e-2}},
             pruner={"type": "median", "n_startup_trials": 2},
