@@ -24,4 +24,3 @@ def test_an_algorithms_own_critic_settings_win_for_it_alone():
     # null in the algorithm's node leaves trainer's value
     assert (t["ppo"].critic_epochs, t["ppo"].critic_head_init) == (4, "zero")
     assert t["grpo"].critic_epochs == 4  # no critic: trainer's value, unused
-
