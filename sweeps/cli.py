@@ -3,7 +3,7 @@
     sppo-bench sweep SPEC [OVERRIDE ...] [--trials N] [--workers W] [--storage URL] [--resume]
                           [--study-name NAME] [--tracking-uri URI]
 
-SPEC is a path or the name of a shipped spec (``lr_per_algorithm``, ``sppo_critic``,
+SPEC is a path or the name of a shipped spec (``lr_per_algorithm``, ``critic_settings``,
 ``equal_effort``); OVERRIDEs are Hydra overrides appended to the spec's ``base_overrides``. A bad
 spec exits with status 2 before any trial runs, naming the field. The end prints the best trial
 per algorithm, parameter importances, and the commands that open the results.

@@ -524,6 +524,19 @@ class Grader:
         self._finalizer = weakref.finalize(self, _shutdown, self._pool)
 
     # -- lifecycle --
+    def __getstate__(self) -> dict[str, object]:
+        """Its settings only: a grader sent to another process (a suite's worker receives its
+        task) starts a pool of its own there, lazily, as a new one would."""
+        keep = ("kind", "timeout_s", "workers", "kill_grace_s", "memory_limit_bytes")
+        keep += ("max_response_chars", "startup_timeout_s", "recycle_after")
+        if self._closed:
+            raise RuntimeError("a closed grader cannot be sent to another process")
+        return {k: getattr(self, k) for k in keep}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        kind = state.pop("kind")
+        self.__init__(kind, **state)  # type: ignore[misc, arg-type]
+
     def __enter__(self) -> Grader:
         return self
 

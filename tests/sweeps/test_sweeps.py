@@ -281,7 +281,7 @@ def test_bad_spec_fails_before_any_trial_naming_the_field(tmp_path, base, change
     assert not (tmp_path / "optuna.db").exists() and not (tmp_path / "mlflow.db").exists()
 
 
-@pytest.mark.parametrize("name", ["lr_per_algorithm", "sppo_critic", "equal_effort"])
+@pytest.mark.parametrize("name", ["lr_per_algorithm", "critic_settings", "equal_effort"])
 def test_shipped_specs_are_valid_against_the_config(name):
     spec = load_spec(name)
     configs = check_spec(spec)

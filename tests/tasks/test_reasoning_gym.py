@@ -58,6 +58,30 @@ def test_the_scorer_runs_in_the_grader_sandbox(chain_sum):
     assert pids and all(pid is not None for pid in pids)  # a worker process graded it
 
 
+def test_the_task_reaches_a_suites_worker_process_and_grades_there(chain_sum):
+    """A suite's workers receive the plan, task included, by pickling (spawn): the grader goes as
+    its settings and starts a sandbox of its own in the new process."""
+    import multiprocessing as mp
+    import pickle
+    from concurrent.futures import ProcessPoolExecutor
+
+    from testkit.child import grade_and_close
+
+    held = list(chain_sum.eval_problems()[:6])
+    responses = [p.solution for p in held[:3]] + ["#-1", "nothing", held[5].solution]
+    expected = chain_sum.grade(responses, held).scores
+    copy = pickle.loads(pickle.dumps(chain_sum))
+    assert copy.grader._pool == [] and copy.grader.timeout_s == chain_sum.grader.timeout_s
+    try:
+        assert copy.grade(responses, held).scores == expected
+    finally:
+        copy.close()
+    # The suite's own kind of worker: a spawned ProcessPoolExecutor process.
+    with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:
+        assert pool.submit(grade_and_close, chain_sum, responses, held).result(120) == expected
+    assert expected == [1.0, 1.0, 1.0, 0.0, 0.0, 1.0]
+
+
 def test_running_sums_are_correct_steps(chain_sum):
     for p in list(chain_sum.train_problems())[:200]:
         steps = p.solution.split(";")[:-1]
