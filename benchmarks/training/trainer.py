@@ -251,7 +251,7 @@ class RLTrainer:
                 self._log(first)
             while self._fits():
                 before = self.budget.spent(self.meter)
-                self.meter.trace_memory = self.step == self.cfg.memory_profile_step
+                self.meter.trace_memory = self.step == self.memory_profile_step
                 try:
                     stats = self.train_step()
                 finally:
@@ -829,6 +829,14 @@ class RLTrainer:
         return metrics
 
     # ------------------------------------------------------------------ critic diagnostics
+
+    @property
+    def memory_profile_step(self) -> int:
+        """The step ``trainer.memory_profile_step`` counts from the first that updates the actor:
+        a critic warm-up step updates the critic alone, and profiling one would report a peak
+        without the actor's update in it (-1 stays off)."""
+        step = self.cfg.memory_profile_step
+        return step if step < 0 else step + self.critic_warmup_steps
 
     @property
     def critic_warmup_steps(self) -> int:
