@@ -273,6 +273,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     cmd = argv[0] if argv else "run"
     rest = argv[1:] if argv else []
     if cmd == "run":
+        if {"-h", "--help"} & set(rest):  # not a Hydra override: the usage, not a parse error
+            sys.stdout.write(__doc__ or "")
+            return 0
         return _cmd_run(rest)
     if cmd == "algorithms":
         return _cmd_algorithms()

@@ -118,3 +118,10 @@ def test_the_default_suite_imports_no_optional_engine(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     assert "HEAVY []" in res.stdout, res.stdout[-2000:]
     assert (tmp_path / "out" / "report" / "report.md").is_file()  # the report ran too
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_run_help_prints_the_usage_instead_of_a_parse_error(flag, capsys):
+    assert main(["run", flag]) == 0
+    out, err = capsys.readouterr()
+    assert "sppo-bench run [hydra overrides...]" in out and not err
