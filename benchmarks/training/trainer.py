@@ -49,6 +49,9 @@ if TYPE_CHECKING:
     from benchmarks.training.checkpoint import Checkpointer
 log = logging.getLogger(__name__)
 
+#: Per-mini-batch metrics that are undefined (NaN) when the mini-batch's targets are all equal.
+_UNDEFINED_WHEN_CONSTANT = frozenset({M.CRITIC_EXPLAINED_VAR})
+
 __all__ = ["PromptStream", "RLTrainer", "rollout_logprob_mismatch"]
 
 
@@ -557,7 +560,14 @@ class RLTrainer:
                 for k, val in pm.items():
                     acc.setdefault(k, []).append(val)
         self._count_skip(nonfinite)
-        out = {k: sum(v) / len(v) for k, v in acc.items()}
+        out = {k: sum(v) / len(v) for k, v in acc.items() if k not in _UNDEFINED_WHEN_CONSTANT}
+        for k in _UNDEFINED_WHEN_CONSTANT & acc.keys():
+            # Undefined on a mini-batch whose returns are all equal: the mean over the rest, and
+            # nothing logged when every one is (NaN would match no history, a resumed run's
+            # included, and says nothing a gap does not).
+            defined = [v for v in acc[k] if math.isfinite(v)]
+            if defined:
+                out[k] = sum(defined) / len(defined)
         out[M.TRAIN_SKIPPED_STEPS] = float(self.skipped)
         return out
 

@@ -66,6 +66,7 @@ def test_nan_loss_is_skipped_and_k_nan_steps_fail_cleanly(tmp_path, monkeypatch,
             "algorithm=[grpo,sppo,ppo]",
             "trainer.max_consecutive_skips=3",
             "algorithm.ppo.params.critic_warmup_steps=0",
+            "algorithm.sppo.critic.warmup_steps=0",  # a warm-up step has no policy loss
         ]
     )
     assert rc == 1  # a failed run makes the exit status non-zero
