@@ -160,6 +160,16 @@ def validate(cfg: Any) -> SuitePlan:
             raise ConfigError(f"algorithm.{name}.critic={critic}: {name} trains no critic")
         # An algorithm's own critic settings (its tuned defaults) take the place of trainer's.
         own = {f"critic_{k}": v for k, v in critic.items() if v is not None}
+        if own and str(cfg.engine.name) != "torch":
+            # Tuned for the native trainer on the CPU testbed; a verl recipe carries its own.
+            log.info(
+                "engine=%s: algorithm.%s.critic=%s not applied (the native trainer's tuned "
+                "settings); trainer.critic_* reach verl",
+                cfg.engine.name,
+                name,
+                critic,
+            )
+            own = {}
         try:
             t = TrainerConfig(
                 **{**trainer_base, **own},

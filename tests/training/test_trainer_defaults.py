@@ -40,7 +40,9 @@ def test_a_suite_builds_the_same_trainer_config():
     cfg = compose_config(["algorithm=[grpo,sppo]"])
     plan = validate(cfg)
     for name in ("grpo", "sppo"):
-        node = cfg.algorithm[name]
+        node = OmegaConf.to_container(cfg.algorithm[name], resolve=True)
+        # an algorithm's own critic settings (algorithm.<name>.critic) in place of trainer's
+        own = {f"critic_{k}": v for k, v in (node.get("critic") or {}).items() if v is not None}
         assert plan.trainer[name] == TrainerConfig(
-            actor_lr=node.actor_lr, critic_lr=node.critic_lr
+            actor_lr=node["actor_lr"], critic_lr=node["critic_lr"], **own
         ), name
