@@ -87,6 +87,17 @@ class SuitePlan:
     def device(self) -> str:
         return str(self.engine["device"])
 
+    def start_seed(self, seed: int) -> int:
+        """The seed whose warm start the runs of ``seed`` begin from: their own, or with
+        ``warmstart.per_seed=false`` the first seed's, one start shared by every seed."""
+        return seed if self.warmstart.get("per_seed", True) else self.seeds[0]
+
+    def warmstart_identity(self) -> dict[str, Any]:
+        """The warm-start settings that decide what it trains (its cache key); ``enabled``, the
+        difficulty measurement taken after it and ``per_seed`` do not."""
+        skip = ("enabled", "per_seed", "difficulty_prompts", "difficulty_samples")
+        return {k: v for k, v in self.warmstart.items() if k not in skip}
+
 
 def as_dict(node: Any) -> dict[str, Any]:
     from omegaconf import OmegaConf
@@ -222,6 +233,12 @@ def validate(cfg: Any) -> SuitePlan:
         parse_phases(as_dict(cfg.warmstart)["phases"])
     except ValueError as e:
         raise ConfigError(str(e)) from e
+    per_seed = cfg.warmstart.get("per_seed", True)
+    if not isinstance(per_seed, bool):
+        raise ConfigError(
+            f"warmstart.per_seed={per_seed!r}: allowed values are true (a warm start per seed) "
+            "and false (the first seed's, shared by every seed)"
+        )
     if not real_model:  # transformers' own errors would come from a worker, mid-start
         longest = max(len(p.prompt) for p in task.eval_problems())  # one token per character
         try:

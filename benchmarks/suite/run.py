@@ -167,7 +167,7 @@ def run_suite(
                         start, ws_info = base_model, {"steps": 0, "val_accuracy": float("nan")}
                     else:
                         start, ws_info = load_start_model(plan, seed, task, tokenizer)
-                    result.warmstart[str(seed)] = ws_info
+                    result.warmstart[str(plan.start_seed(seed))] = ws_info
                     start.to(device)
                     for name, alg in plan.algorithms.items():
                         result.runs.append(

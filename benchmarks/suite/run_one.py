@@ -35,27 +35,28 @@ def load_start_model(
     plan: SuitePlan, seed: int, task: Task, tokenizer: Any
 ) -> tuple[torch.nn.Module, dict]:
     """The tiny model every algorithm of ``seed`` starts from: the supervised warm start, built
-    once per (task, model, seed) and read from its cache after."""
+    once per (task, model, start seed) and read from its cache after. The start seed is ``seed``,
+    or the first seed's with ``warmstart.per_seed=false`` (``SuitePlan.start_seed``)."""
     from benchmarks.training.warmstart import warm_start
 
     spec = plan.model.spec
     assert spec is not None, "a real checkpoint has no warm start"
+    seed = plan.start_seed(seed)
 
     def build() -> torch.nn.Module:
         return build_tiny_llama(spec, len(tokenizer), seed=seed)
 
-    ws = dict(plan.warmstart)
-    # Not part of the warm start's identity: measured on it, after.
-    prompts = int(ws.pop("difficulty_prompts", 0) or 0)
-    samples = int(ws.pop("difficulty_samples", 0) or 0)
-    if not ws.pop("enabled", True) or not isinstance(task, CharTask):
+    # The difficulty measurement is not part of the warm start's identity: it is taken after.
+    prompts = int(plan.warmstart.get("difficulty_prompts", 0) or 0)
+    samples = int(plan.warmstart.get("difficulty_samples", 0) or 0)
+    if not plan.warmstart.get("enabled", True) or not isinstance(task, CharTask):
         return build(), {"steps": 0, "val_accuracy": float("nan"), "cached": False, "path": None}
     identity = {"task": plan.task_node, "model": plan.model.node}
     model, info = warm_start(
         task=task,
         build_model=build,
         tokenizer=tokenizer,
-        cfg=ws,
+        cfg=plan.warmstart_identity(),
         identity=identity,
         seed=seed,
         cache_dir=plan.cache_dir,

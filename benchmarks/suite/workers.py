@@ -7,7 +7,7 @@ seeds torch's global generator itself, and the warm start is read from its cache
 numbers do not depend on which process ran it or in which order (``tests/suite/test_workers.py``).
 
 The parent schedules two kinds of task: a seed's warm start, then, once it is cached, that seed's
-runs. Warm starts are queued first, so while one seed's runs train the next seed's warm start is
+runs (with ``warmstart.per_seed=false``, one warm start and then every seed's runs). Warm starts are queued first, so while one seed's runs train the next seed's warm start is
 already being built. Workers are spawned (never forked: the parent holds MLflow's SQLite
 connections and logging threads), and send their progress-bar updates and log records back
 through one queue, which the parent renders.
@@ -211,9 +211,12 @@ def run_parallel(
         initializer=_init_worker,
         initargs=(plan, level, q),
     ) as pool:
-        pending: dict[Future, tuple[str, int, list[str] | str]] = {}
-        for seed, names in work:  # warm starts first: the next seed's is built meanwhile
-            pending[pool.submit(_warm_start, seed)] = ("warm start", seed, names)
+        starts: dict[int, list[tuple[int, list[str]]]] = {}  # start seed -> its seeds' runs
+        for seed, names in work:
+            starts.setdefault(plan.start_seed(seed), []).append((seed, names))
+        pending: dict[Future, tuple[str, int, Any]] = {}
+        for start, group in starts.items():  # warm starts first: the next is built meanwhile
+            pending[pool.submit(_warm_start, start)] = ("warm start", start, group)
         try:
             while pending:
                 done, _ = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
@@ -222,8 +225,10 @@ def run_parallel(
                     kind, seed, what = pending.pop(fut)
                     if kind == "warm start":
                         on_warm_start(seed, fut.result())
-                        for name in what:
-                            pending[pool.submit(_run, name, seed, shared)] = ("run", seed, name)
+                        for run_seed, names in what:
+                            for name in names:
+                                run = pool.submit(_run, name, run_seed, shared)
+                                pending[run] = ("run", run_seed, name)
                     else:
                         out[(str(what), seed)] = fut.result()
         except BrokenProcessPool as e:

@@ -117,21 +117,19 @@ def load_critic_base(
     from benchmarks.training.warmstart import warm_start
 
     spec = critic_spec(value, plan.model.spec)
+    seed = plan.start_seed(seed)  # shared like the policy's, with warmstart.per_seed=false
 
     def build() -> torch.nn.Module:
         return build_tiny_llama(spec, len(tokenizer), seed=seed)
 
-    ws = dict(plan.warmstart)
-    for k in ("difficulty_prompts", "difficulty_samples"):
-        ws.pop(k, None)
-    if not ws.pop("enabled", True) or not isinstance(task, CharTask):
+    if not plan.warmstart.get("enabled", True) or not isinstance(task, CharTask):
         return build()
     model_node = {**plan.model.node, **dataclasses.asdict(spec)}
     model, info = warm_start(
         task=task,
         build_model=build,
         tokenizer=tokenizer,
-        cfg=ws,
+        cfg=plan.warmstart_identity(),
         identity={"task": plan.task_node, "model": model_node, "role": "critic"},
         seed=seed,
         cache_dir=plan.cache_dir,
