@@ -55,7 +55,7 @@ from .tables import (
     to_latex,
     to_markdown,
 )
-from .verdicts import describe_verdicts, verdicts
+from .verdicts import MIN_VERDICT_SEEDS, describe_verdicts, verdicts
 
 __all__ = ["log_report_to_mlflow", "write_report"]
 
@@ -356,7 +356,8 @@ def _verdicts_section(
     w: _Writer, points: pd.DataFrame, metric: str, reference: str, reps: int, seed: int
 ) -> None:
     """The report's opening: one line per (claim, task) of :func:`analysis.verdicts.verdicts`."""
-    table = verdicts(points, reference, metric=metric, reps=reps, seed=seed)
+    # The expanded intervals' tails are 0.1% at 5 seeds: they need more replicates than the rest.
+    table = verdicts(points, reference, metric=metric, reps=max(reps, 10_000), seed=seed)
     if table.empty:
         return
     w.section(
@@ -366,7 +367,9 @@ def _verdicts_section(
         "together), a verdict, and the smallest effect this seed count detects with 80% power "
         "(normal approximation). A difference holds when its interval is above 0 and does not "
         "hold when below; a compute ratio holds when its interval is below 1, does not hold "
-        "when above, else the compute is the same within noise.",
+        "when above, else the compute is the same within noise. Intervals are expanded "
+        "percentile intervals (wider the fewer the seeds, so that 95% means about 95%), and "
+        f"a verdict needs {MIN_VERDICT_SEEDS} seeds or more.",
         "",
         *describe_verdicts(table),
     )

@@ -50,8 +50,10 @@ def test_a_shared_warm_start_is_built_once_and_every_seed_starts_from_it(tmp_pat
     g0, g1 = shared.runs[0], shared.runs[2]
     assert g0.metrics[M.COMPUTE_ROLLOUT_TOKENS] != g1.metrics[M.COMPUTE_ROLLOUT_TOKENS]
 
-    # Per seed (the default): the first seed's start is that same cached model, the second is new.
-    own = run_suite(compose_config(_suite(tmp_path, "jobs=1")), progress=False)
+    # Per seed: the first seed's start is that same cached model, the second is new.
+    own = run_suite(
+        compose_config(_suite(tmp_path, "warmstart.per_seed=true", "jobs=1")), progress=False
+    )
     assert sorted(own.warmstart) == ["0", "1"]
     assert own.warmstart["0"]["cached"] is True
     assert own.warmstart["1"]["cached"] is False
@@ -60,6 +62,14 @@ def test_a_shared_warm_start_is_built_once_and_every_seed_starts_from_it(tmp_pat
     assert own.runs[0].final_accuracy == g0.final_accuracy  # same start, same seed, same run
     assert own.warmstart["0"]["path"] == shared.warmstart["0"]["path"]
     assert own.warmstart["1"]["path"] != shared.warmstart["0"]["path"]  # seed 1's own start
+
+
+def test_the_default_suite_shares_and_the_claims_suites_do_not():
+    """The default suite fits its time budget with one warm start; the claims suites pair their
+    runs by seed over a warm start each."""
+    assert validate(compose_config([])).warmstart["per_seed"] is False
+    for suite in ("claims", "claims_chain_sum", "horizon"):
+        assert validate(compose_config([f"suite={suite}"])).warmstart["per_seed"] is True, suite
 
 
 def test_per_seed_must_be_a_boolean():
