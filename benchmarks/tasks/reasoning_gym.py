@@ -10,7 +10,8 @@ Two answer formats:
 
 * ``hash`` (the tiny character model): the response is ``<steps>#<answer>``, as in `arith`; the
   warm start teaches worked steps built from the generator's metadata where it allows (for
-  ``chain_sum`` and ``products``, the running results), else the bare answer.
+  ``chain_sum`` and ``products``, the running results; for ``letter_counting``, each word with
+  the running count), else the bare answer.
 * ``tag`` (real models): ``<answer>...</answer>``, the Reasoning Gym convention.
 
 The answer is cut from the response and scored by the dataset's scorer in the grader's sandboxed
@@ -66,10 +67,23 @@ def _running(expression: str) -> str | None:
     return ";".join(steps) + f";#{acc}"
 
 
-#: Datasets whose metadata gives a worked solution (``hash`` format): their expressions.
+def _running_count(span: Sequence[str], letter: str) -> str:
+    """``["free", "the", "Lily"]``, ``"l"`` -> ``"free=0;the=0;Lily=2;#2"``: each word of the
+    text copied with the running count of the letter, case-insensitive as the generator counts.
+    One step per word, so a text of n words is an n-step chain whose success compounds."""
+    letter = letter.lower()
+    total, steps = 0, []
+    for word in span:
+        total += word.lower().count(letter)
+        steps.append(f"{word}={total}")
+    return ";".join(steps) + f";#{total}"
+
+
+#: Datasets whose metadata gives a worked solution (``hash`` format).
 _SOLUTIONS: dict[str, Callable[[Mapping[str, Any]], str | None]] = {
     "chain_sum": lambda m: _running(m["expression"]),
     "products": lambda m: _running(m["expression"]),
+    "letter_counting": lambda m: _running_count(m["span"], m["target_letter"]),
 }
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -95,6 +96,36 @@ def test_running_sums_are_correct_steps(chain_sum):
 def _split_op(lhs: str) -> tuple[int, str, int]:
     i = max(lhs.rfind("+"), lhs.rfind("-", 1))
     return int(lhs[:i]), lhs[i], int(lhs[i + 1 :])
+
+
+def test_letter_counts_are_a_chain_the_datasets_scorer_accepts():
+    task = ReasoningGymTask(
+        dataset="letter_counting",
+        config={"min_words": 3, "max_words": 8},
+        train_size=50,
+        eval_size=40,
+        group_by="span_length",
+    )
+    try:
+        held = list(task.eval_problems())
+        for p in held:
+            meta = json.loads(task._payload[p.id])["entry"]["metadata"]
+            steps = p.solution.split(";")
+            assert steps[-1] == f"#{p.answer}"
+            assert [s.rsplit("=", 1)[0] for s in steps[:-1]] == meta["span"]  # every word, in order
+            counts = [int(s.rsplit("=", 1)[1]) for s in steps[:-1]]
+            letter = meta["target_letter"]
+            by_hand = [
+                sum(w.lower().count(letter) for w in meta["span"][: i + 1])
+                for i in range(len(counts))
+            ]
+            assert counts == by_hand and counts[-1] == int(p.answer) >= 1
+        assert task.grade([p.solution for p in held], held).scores == [1.0] * len(held)
+        wrong = [f"#{int(p.answer) + 1}" for p in held]
+        assert task.grade(wrong, held).scores == [0.0] * len(held)
+        assert set(task.eval_groups()) <= {f"letter_counting_span_length{n}" for n in range(3, 9)}
+    finally:
+        task.close()
 
 
 def test_groups_follow_the_metadata_and_cover_the_held_out_set(chain_sum):
