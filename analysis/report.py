@@ -365,7 +365,7 @@ def _verdicts_section(
         "The suite's claims, each with its effect, the 95% paired bootstrap interval over seeds "
         "(every algorithm of a seed starts from the same warm start, so seeds are resampled "
         "together), a verdict, and the smallest effect this seed count detects with 80% power "
-        "(normal approximation). A difference holds when its interval is above 0 and does not "
+        "(a t test's). A difference holds when its interval is above 0 and does not "
         "hold when below; a compute ratio holds when its interval is below 1, does not hold "
         "when above, else the compute is the same within noise. Intervals are expanded "
         "percentile intervals (wider the fewer the seeds, so that 95% means about 95%), and "

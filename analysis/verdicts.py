@@ -71,6 +71,7 @@ __all__ = [
     "format_ratio",
     "paired_difference",
     "paired_ratio_of_means",
+    "mde_factor",
     "ratio_verdict",
     "rollouts_to_match",
     "tail_probability",
@@ -87,9 +88,16 @@ SAME_WITHIN_NOISE = "the same within noise"
 #: Paired seeds a verdict needs; below it a claim is not resolved whatever its interval says.
 MIN_VERDICT_SEEDS = 5
 
-#: z_0.975 + z_0.8 = 1.960 + 0.842: a two-sided 5% test has 80% power against an effect of
-#: MDE_FACTOR standard errors (normal approximation).
+#: z_0.975 + z_0.8 = 1.960 + 0.842: the many-seed limit of :func:`mde_factor`.
 MDE_FACTOR = float(norm.ppf(0.975) + norm.ppf(0.8))
+
+
+def mde_factor(n: int) -> float:
+    """Standard errors of the smallest effect a two-sided 5% test on ``n`` paired seeds detects
+    with 80% power: t_0.975 + t_0.8 at n - 1 degrees of freedom (3.72 at 5 seeds). The normal
+    quantiles (2.80) would claim 80% power where a t test over 5 seeds has 56%."""
+    return float(student_t.ppf(0.975, n - 1) + student_t.ppf(0.8, n - 1))
+
 
 #: ``<task>_<field><level>`` (Reasoning Gym's ``task.group_by`` groups, ``chain_sum_num_terms3``).
 _GROUP_SUFFIX = re.compile(r"^[A-Za-z_]*?(?P<level>-?[0-9]+)$")
@@ -106,7 +114,7 @@ class PairedEstimate:
         lo, hi: the 95% paired bootstrap percentile interval; NaN with fewer than two seeds.
         n_seeds: paired seeds used.
         mde: the smallest effect (difference) or distance of the ratio from 1 that a two-sided 5%
-            test detects with 80% power at this seed count (normal approximation); NaN below two
+            test detects with 80% power at this seed count (:func:`mde_factor`); NaN below two
             seeds.
         verdict: one of :data:`HOLDS`, :data:`DOES_NOT_HOLD`, :data:`NOT_RESOLVED`,
             :data:`SAME_WITHIN_NOISE` (ratios only).
@@ -269,7 +277,7 @@ def _mean_interval(
     alpha = tail_probability(n, confidence)
     lo = float(np.percentile(boot, 100 * alpha, method="lower"))
     hi = float(np.percentile(boot, 100 * (1 - alpha), method="higher"))
-    mde = MDE_FACTOR * float(values.std(ddof=1)) / np.sqrt(n)
+    mde = mde_factor(n) * float(values.std(ddof=1)) / np.sqrt(n)
     return mean, lo, hi, mde
 
 
@@ -323,7 +331,7 @@ def paired_ratio_of_means(
     mde = float("nan")
     if np.isfinite(estimate) and dl.mean() > 0:
         se = float(np.std(nl - estimate * dl, ddof=1)) / (np.sqrt(n) * float(dl.mean()))
-        mde = MDE_FACTOR * se
+        mde = mde_factor(n) * se
     return estimate, lo, hi, mde
 
 
@@ -353,8 +361,8 @@ def paired_difference(
 
     Seeds are resampled with replacement, the same resample for a and b, so the interval is that
     of the mean per-seed difference. ``mde`` is the minimum detectable effect at this seed count,
-    (z_0.975 + z_0.8) * sd(differences) / sqrt(n): the true difference a two-sided 5% test
-    would detect with 80% power, under the normal approximation (sd with ddof=1). Seeds where
+    mde_factor(n) * sd(differences) / sqrt(n): the true difference a two-sided 5% t test
+    would detect with 80% power (sd with ddof=1). Seeds where
     either algorithm has no final eval are left out. With fewer than two paired seeds the
     interval and the MDE are NaN and the verdict "not resolved at this power".
     """
@@ -400,7 +408,7 @@ def rollouts_to_match(
     never make the claim hold and only counts against it by what a is known to have spent.
     ``n_failed`` says how many; ``per_seed`` holds inf for them. Seeds where b's final compute
     is missing or zero are left out. ``mde``: the smallest distance of the ratio from 1
-    detectable with 80% power (delta method, normal approximation).
+    detectable with 80% power (delta method, :func:`mde_factor`).
     """
     if dataset is None:
         present = sorted(points["dataset"].dropna().unique())

@@ -38,6 +38,7 @@ from analysis.verdicts import (
     describe_verdicts,
     difference_verdict,
     format_ratio,
+    mde_factor,
     ratio_verdict,
     tail_probability,
 )
@@ -163,12 +164,26 @@ def test_minimum_detectable_effect_by_hand() -> None:
     diffs = np.array([0.1, 0.3, 0.2, 0.4])
     pts = _points({"sppo": 0.2 + diffs, "ppo": np.full(4, 0.2)})
     est = paired_difference(pts, "sppo", "ppo", "arith", reps=200)
-    # (z_0.975 + z_0.8) sd / sqrt(n): mean 0.25, sample sd sqrt(((.15)^2 + (.05)^2) * 2 / 3)
-    z = NormalDist().inv_cdf(0.975) + NormalDist().inv_cdf(0.8)
+    # (t_0.975 + t_0.8 at 3 df) sd / sqrt(n): mean 0.25, sample sd sqrt(((.15)^2 + (.05)^2) * 2 / 3)
+    t3 = 3.182446 + 0.978472  # Student's t table, 3 degrees of freedom
     sd = math.sqrt((0.15**2 + 0.05**2) * 2 / 3)
-    assert MDE_FACTOR == pytest.approx(2.8016, abs=1e-4)
-    assert est.mde == pytest.approx(z * sd / 2, rel=1e-9)  # two erfinv codes agree to ~1e-15
+    assert MDE_FACTOR == pytest.approx(
+        NormalDist().inv_cdf(0.975) + NormalDist().inv_cdf(0.8), rel=1e-12
+    )
+    assert est.mde == pytest.approx(t3 * sd / 2, rel=1e-6)  # the table's 7 digits
     assert est.effect == pytest.approx(0.25, abs=F64)
+
+
+def test_the_mde_has_the_power_it_states() -> None:
+    """A t test on n paired seeds against a true effect of mde_factor(n) standard errors has about
+    80% power (noncentral t, computed apart); the normal quantiles' factor has far less."""
+    from scipy.stats import nct
+    from scipy.stats import t as student_t
+
+    for n in (5, 10):
+        crit = student_t.ppf(0.975, n - 1)
+        assert 0.78 <= nct.sf(crit, n - 1, mde_factor(n)) <= 0.81
+    assert nct.sf(student_t.ppf(0.975, 4), 4, MDE_FACTOR) < 0.6  # 5 seeds: ~56%
 
 
 def test_pairing_resolves_what_an_unpaired_comparison_cannot() -> None:
@@ -265,7 +280,7 @@ def test_rollouts_to_match_ratio_of_means_and_verdicts() -> None:
     # same seed ((1/5)^5 of replicates, far below 2.5%)
     assert min(speed.values()) < est.lo and est.hi < max(speed.values())
     # delta-method MDE with den constant (1,000): sd of the per-seed ratios / sqrt(n)
-    assert est.mde == pytest.approx(MDE_FACTOR * np.std(list(speed.values()), ddof=1) / 5**0.5)
+    assert est.mde == pytest.approx(mde_factor(5) * np.std(list(speed.values()), ddof=1) / 5**0.5)
 
     slow = rollouts_to_match(
         _match_points({s: 1.5 + 0.1 * s for s in range(5)}, a_budget=2500.0), reps=1000
