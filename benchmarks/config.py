@@ -38,6 +38,25 @@ def _params_override(o: str) -> str:
     return f"++{o}" if _PARAMS.match(o) else o
 
 
+def _expand(o: str) -> list[str]:
+    """``task.config={...}`` -> delete, then add: the dataset's settings are replaced whole, not
+    merged into the default dataset's (chain_sum's fields would reject letter_counting's, and
+    would reach it if they did not). ``task.config.<field>=v`` still changes one field."""
+    if o.startswith("task.config="):
+        return ["~task.config", "+" + o]
+    return [_params_override(o)]
+
+
+def _no_config(e: Exception) -> str | None:
+    """``task.config={...}`` on a task without dataset settings fails in the deletion above."""
+    if "Could not delete" not in str(e) or "task.config" not in str(e):
+        return None
+    return (
+        "task.config: only task=reasoning_gym takes a dataset's settings there; "
+        "other tasks set their own keys (e.g. task.horizon for arith)"
+    )
+
+
 def _missing_option(e: Exception) -> str | None:
     """Hydra's 'Could not load group/option' lists search paths, not the options: add them."""
     m = re.search(r"Could not (?:load|find) '([A-Za-z_]+)/([^']+)'", str(e))
@@ -62,7 +81,7 @@ def _unknown_key(e: Exception, overrides: Sequence[str], compose: Any) -> str | 
     rest = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != key]
     parent, _, leaf = key.rpartition(".")
     try:
-        node = compose("config", overrides=[_params_override(o) for o in rest])
+        node = compose("config", overrides=[x for o in rest for x in _expand(o)])
         for part in filter(None, parent.split(".")):
             node = node[part]
         allowed = sorted(node.keys())
@@ -80,9 +99,9 @@ def compose_config(overrides: Sequence[str] = ()) -> Any:
     _register_resolvers()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         try:
-            cfg = compose("config", overrides=[_params_override(o) for o in overrides])
+            cfg = compose("config", overrides=[x for o in overrides for x in _expand(o)])
         except HydraException as e:
-            hint = _missing_option(e) or _unknown_key(e, overrides, compose)
+            hint = _missing_option(e) or _unknown_key(e, overrides, compose) or _no_config(e)
             if hint is None:
                 raise
             raise type(e)(hint) from e

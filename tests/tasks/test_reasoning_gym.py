@@ -188,3 +188,22 @@ def test_suite_validation_reports_bad_settings_before_any_compute():
     )
     assert plan.task.dataset == "chain_sum"
     plan.task.close()
+
+
+def test_a_datasets_settings_replace_the_default_datasets():
+    """``task.config={...}`` is the named dataset's settings, whole: the default dataset's
+    (chain_sum's) fields are not merged in, which another dataset would reject by name."""
+    base = ["task=reasoning_gym", "task.train_size=50", "task.eval_size=20"]
+    lc = ["task.dataset=letter_counting", "task.group_by=span_length"]
+    cfg = compose_config(
+        [*base, *lc, "task.config={min_words:4}", "model.max_position_embeddings=320"]
+    )
+    assert dict(cfg.task.config) == {"min_words": 4}
+    plan = validate(cfg)
+    assert plan.task.config == {"min_words": 4}
+    plan.task.close()
+    # One field of the default dataset's settings still changes alone.
+    one = compose_config([*base, "task.config.min_terms=3"])
+    assert one.task.config.min_terms == 3 and one.task.config.max_terms == 6
+    with pytest.raises(Exception, match=r"task\.config: only task=reasoning_gym"):
+        compose_config(["task.config={min_terms:3}"])
