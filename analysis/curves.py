@@ -37,6 +37,7 @@ from ._common import (
     order_datasets,
 )
 from .verdicts import (
+    MIN_VERDICT_SEEDS,
     first_crossing,
     format_ratio,
     paired_ratio_of_means,
@@ -343,7 +344,7 @@ def _paired_ratio(
         "n_seeds": n,
         "n_unreached": unreached,
         # the reference needs less (lo > 1) or more (hi < 1) compute than algo, beyond noise
-        "resolved": bool(n >= 2 and (lo > 1 or hi < 1)),
+        "resolved": bool(n >= MIN_VERDICT_SEEDS and (lo > 1 or hi < 1)),
     }
 
 
@@ -402,7 +403,16 @@ def describe_compute_to_target(table: pd.DataFrame, reference: str = REFERENCE) 
             missed = int(_number(row, "n_unreached", 0.0))
             if missed:
                 seeds += f", {missed} where a curve never reached the target"
-            if lo > 1:
+            if (
+                n < MIN_VERDICT_SEEDS
+            ):  # as the verdicts: too few seeds to tell (analysis/verdicts.py)
+                lines.append(
+                    f"not resolved at this power (a verdict needs {MIN_VERDICT_SEEDS} seeds): the "
+                    f"{what} {reference} and {other} need to reach {goal} "
+                    f"(ratio {other}/{reference} {format_ratio(paired)}, {seeds}: "
+                    f"{format_ratio(lo)} to {format_ratio(hi)})."
+                )
+            elif lo > 1:
                 lines.append(
                     f"{reference} reaches {goal} with {format_ratio(paired)}x {fewer} {what} "
                     f"than {other} ({seeds}: {format_ratio(lo)}x to {format_ratio(hi)}x)."

@@ -286,10 +286,10 @@ def test_describe_compute_to_target_with_a_zero_lower_bound() -> None:
         "ratio_paired": 0.5,
         "ratio_lo": 0.0,
         "ratio_hi": 0.8,
-        "n_seeds": 3,
+        "n_seeds": 5,
         "n_unreached": 0,
     }
     table = pd.DataFrame([{**row, "algorithm": "sppo"}, {**row, "algorithm": "grpo"}])
     (line,) = describe_compute_to_target(table)
     assert line.startswith("sppo needs 2.00x more rollout tokens than grpo")
-    assert line.endswith("95% paired interval over 3 seeds: 1.25x to unbounded).")
+    assert line.endswith("95% paired interval over 5 seeds: 1.25x to unbounded).")

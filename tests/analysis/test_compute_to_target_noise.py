@@ -61,7 +61,7 @@ def test_a_consistent_win_is_told_with_its_interval() -> None:
 
 def test_a_ratio_within_noise_is_not_told_as_a_win() -> None:
     """The mean curves say sppo is ahead (about 1.1x); the seeds disagree among themselves."""
-    speed = {0: 0.5, 1: 1.4, 2: 0.6, 3: 1.3}
+    speed = {0: 0.5, 1: 1.4, 2: 0.6, 3: 1.3, 4: 0.9}
     row, text = _grpo_row(_points(speed))
     assert row["ratio_to_reference"] > 1  # the point estimate alone would have read as a win
     assert row["ratio_lo"] < 1 < row["ratio_hi"] and not bool(row["resolved"])
@@ -72,16 +72,22 @@ def test_a_ratio_within_noise_is_not_told_as_a_win() -> None:
 
 
 def test_a_consistent_loss_is_told_as_more() -> None:
-    row, text = _grpo_row(_points({0: 1.3, 1: 1.4, 2: 1.35, 3: 1.45}))
+    row, text = _grpo_row(_points({0: 1.3, 1: 1.4, 2: 1.35, 3: 1.45, 4: 1.4}))
     assert row["ratio_hi"] < 1 and bool(row["resolved"])
     (line,) = text
     assert line.startswith("sppo needs 1.38x more rollout samples than grpo to reach")
-    assert "(95% paired interval over 4 seeds: " in line
+    assert "(95% paired interval over 5 seeds: " in line
+    # The same consistent loss over 4 seeds: an interval, but no verdict (as analysis.verdicts).
+    row4, text4 = _grpo_row(_points({0: 1.3, 1: 1.4, 2: 1.35, 3: 1.45}))
+    assert row4["ratio_hi"] < 1 and not bool(row4["resolved"])
+    (line4,) = text4
+    assert line4.startswith("not resolved at this power (a verdict needs 5 seeds)")
+    assert "x more" not in line4 and "95% paired interval over 4 seeds: " in line4
 
 
 def test_a_seed_that_never_reaches_leaves_the_ratio_unresolved() -> None:
     """sppo misses grpo's final in one seed (speed 3: it would need 3,000 of its 2,000)."""
-    row, text = _grpo_row(_points({0: 0.5, 1: 0.5, 2: 0.55, 3: 3.0}))
+    row, text = _grpo_row(_points({0: 0.5, 1: 0.5, 2: 0.55, 3: 3.0, 4: 0.52}))
     assert row["n_unreached"] == 1 and row["ratio_lo"] == 0.0  # infinite sppo compute
     assert not bool(row["resolved"])
     (line,) = text
@@ -106,10 +112,10 @@ def test_one_seed_has_no_interval_and_is_marked_not_resolved() -> None:
 
 def test_a_given_target_pairs_each_seeds_crossings() -> None:
     """With target=0.4 (below every final) both cross it: sppo at 500 * speed, grpo at 500."""
-    speed = {0: 0.4, 1: 0.5, 2: 0.6}
+    speed = {0: 0.4, 1: 0.5, 2: 0.6, 3: 0.45, 4: 0.55}
     pts = _points(speed)
     pts["accuracy"] -= 0.02 * pts["seed"]  # no offset: the target means the same on each seed
     row, _ = _grpo_row(pts, target=0.4)
     assert row["target_source"] == "given"
-    assert row["ratio_paired"] == pytest.approx(3 * 500 / (500 * sum(speed.values())), rel=1e-12)
-    assert row["n_seeds"] == 3 and bool(row["resolved"])
+    assert row["ratio_paired"] == pytest.approx(5 * 500 / (500 * sum(speed.values())), rel=1e-12)
+    assert row["n_seeds"] == 5 and bool(row["resolved"])
