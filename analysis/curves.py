@@ -37,10 +37,13 @@ from ._common import (
     order_datasets,
 )
 from .verdicts import (
+    DOES_NOT_HOLD,
+    HOLDS,
     MIN_VERDICT_SEEDS,
     first_crossing,
     format_ratio,
     paired_ratio_of_means,
+    ratio_verdict,
     seed_curves,
     seed_finals,
 )
@@ -344,7 +347,7 @@ def _paired_ratio(
         "n_seeds": n,
         "n_unreached": unreached,
         # the reference needs less (lo > 1) or more (hi < 1) compute than algo, beyond noise
-        "resolved": bool(n >= MIN_VERDICT_SEEDS and (lo > 1 or hi < 1)),
+        "resolved": ratio_verdict(lo, hi, n) in (HOLDS, DOES_NOT_HOLD),
     }
 
 
@@ -403,30 +406,23 @@ def describe_compute_to_target(table: pd.DataFrame, reference: str = REFERENCE) 
             missed = int(_number(row, "n_unreached", 0.0))
             if missed:
                 seeds += f", {missed} where a curve never reached the target"
-            if (
-                n < MIN_VERDICT_SEEDS
-            ):  # as the verdicts: too few seeds to tell (analysis/verdicts.py)
-                lines.append(
-                    f"not resolved at this power (a verdict needs {MIN_VERDICT_SEEDS} seeds): the "
-                    f"{what} {reference} and {other} need to reach {goal} "
-                    f"(ratio {other}/{reference} {format_ratio(paired)}, {seeds}: "
-                    f"{format_ratio(lo)} to {format_ratio(hi)})."
-                )
-            elif lo > 1:
+            few = n < MIN_VERDICT_SEEDS  # as the verdicts: too few seeds to tell either way
+            if not few and lo > 1:
                 lines.append(
                     f"{reference} reaches {goal} with {format_ratio(paired)}x {fewer} {what} "
                     f"than {other} ({seeds}: {format_ratio(lo)}x to {format_ratio(hi)}x)."
                 )
-            elif hi < 1:
+            elif not few and hi < 1:
                 lines.append(
                     f"{reference} needs {format_ratio(1 / paired)}x more {what} than {other} "
                     f"to reach {goal} ({seeds}: {format_ratio(1 / hi)}x to "
                     f"{format_ratio(1 / lo) + 'x' if lo > 0 else 'unbounded'})."
                 )
-            elif np.isinf(hi) or lo <= 0:  # a censored seed: the interval is unbounded
+            elif few or np.isinf(hi) or lo <= 0:  # or a censored seed: the interval is unbounded
+                why = f" (a verdict needs {MIN_VERDICT_SEEDS} seeds)" if few else ""
                 lines.append(
-                    f"not resolved at this power: the {what} {reference} and {other} need to "
-                    f"reach {goal} "
+                    f"not resolved at this power{why}: the {what} {reference} and {other} need "
+                    f"to reach {goal} "
                     f"(ratio {other}/{reference} {format_ratio(paired)}, {seeds}: "
                     f"{format_ratio(lo)} to {format_ratio(hi)})."
                 )

@@ -7,8 +7,9 @@ seeds torch's global generator itself, and the warm start is read from its cache
 numbers do not depend on which process ran it or in which order (``tests/suite/test_workers.py``).
 
 The parent schedules two kinds of task: a seed's warm start, then, once it is cached, that seed's
-runs (with ``warmstart.per_seed=false``, one warm start and then every seed's runs). Warm starts are queued first, so while one seed's runs train the next seed's warm start is
-already being built. Workers are spawned (never forked: the parent holds MLflow's SQLite
+runs (with ``warmstart.per_seed=false``, one warm start and then every seed's runs). Warm starts
+are queued first, so while one seed's runs train the next seed's warm start is already being
+built. Workers are spawned (never forked: the parent holds MLflow's SQLite
 connections and logging threads), and send their progress-bar updates and log records back
 through one queue, which the parent renders.
 """
