@@ -92,11 +92,23 @@ class SuitePlan:
         ``warmstart.per_seed=false`` the first seed's, one start shared by every seed."""
         return seed if self.warmstart.get("per_seed", True) else self.seeds[0]
 
-    def warmstart_identity(self) -> dict[str, Any]:
+    @property
+    def warmstart_threads(self) -> int:
+        """Torch threads the warm start is built with: ``warmstart.threads``, else ``threads``."""
+        return int(self.warmstart.get("threads") or self.threads)
+
+    def warmstart_identity(self, threads: int | None = None) -> dict[str, Any]:
         """The warm-start settings that decide what it trains (its cache key); ``enabled``, the
-        difficulty measurement taken after it and ``per_seed`` do not."""
-        skip = ("enabled", "per_seed", "difficulty_prompts", "difficulty_samples")
-        return {k: v for k, v in self.warmstart.items() if k not in skip}
+        difficulty measurement taken after it and ``per_seed`` do not. The thread count it is
+        built with does (``warmstart_threads`` unless given, as for a critic model built inside
+        a run): more threads split some reductions differently, so the weights differ in the
+        last bits. It is named only when it is not 1, which keeps every one-thread start's key."""
+        skip = ("enabled", "per_seed", "difficulty_prompts", "difficulty_samples", "threads")
+        identity = {k: v for k, v in self.warmstart.items() if k not in skip}
+        threads = self.warmstart_threads if threads is None else threads
+        if threads != 1:
+            identity["threads"] = threads
+        return identity
 
 
 def as_dict(node: Any) -> dict[str, Any]:
@@ -238,6 +250,14 @@ def validate(cfg: Any) -> SuitePlan:
         raise ConfigError(
             f"warmstart.per_seed={per_seed!r}: allowed values are true (a warm start per seed) "
             "and false (the first seed's, shared by every seed)"
+        )
+    ws_threads = cfg.warmstart.get("threads")
+    if ws_threads is not None and (
+        isinstance(ws_threads, bool) or not isinstance(ws_threads, int) or ws_threads < 1
+    ):
+        raise ConfigError(
+            f"warmstart.threads={ws_threads!r}: allowed values are null (the runs' own `threads`) "
+            "and an integer >= 1"
         )
     if not real_model:  # transformers' own errors would come from a worker, mid-start
         longest = max(len(p.prompt) for p in task.eval_problems())  # one token per character

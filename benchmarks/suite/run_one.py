@@ -36,9 +36,9 @@ def load_start_model(
 ) -> tuple[torch.nn.Module, dict]:
     """The tiny model every algorithm of ``seed`` starts from: the supervised warm start, built
     once per (task, model, start seed) and read from its cache after. The start seed is ``seed``,
-    or the first seed's with ``warmstart.per_seed=false`` (``SuitePlan.start_seed``)."""
-    from benchmarks.training.warmstart import warm_start
-
+    or the first seed's with ``warmstart.per_seed=false`` (``SuitePlan.start_seed``). It is built
+    with ``warmstart.threads`` (a shared start is the only job while it builds; ``SuitePlan.
+    warmstart_threads``) and the runs' own thread count is restored after."""
     spec = plan.model.spec
     assert spec is not None, "a real checkpoint has no warm start"
     seed = plan.start_seed(seed)
@@ -46,12 +46,27 @@ def load_start_model(
     def build() -> torch.nn.Module:
         return build_tiny_llama(spec, len(tokenizer), seed=seed)
 
-    # The difficulty measurement is not part of the warm start's identity: it is taken after.
-    prompts = int(plan.warmstart.get("difficulty_prompts", 0) or 0)
-    samples = int(plan.warmstart.get("difficulty_samples", 0) or 0)
     if not plan.warmstart.get("enabled", True) or not isinstance(task, CharTask):
         return build(), {"steps": 0, "val_accuracy": float("nan"), "cached": False, "path": None}
     identity = {"task": plan.task_node, "model": plan.model.node}
+    runs_threads = torch.get_num_threads()
+    torch.set_num_threads(plan.warmstart_threads)  # the start and its measurement; runs after
+    try:
+        model, info = _warm_start_and_measure(plan, seed, task, tokenizer, build, identity)
+        info["threads"] = torch.get_num_threads()
+        return model, info
+    finally:
+        torch.set_num_threads(runs_threads)
+
+
+def _warm_start_and_measure(
+    plan: SuitePlan, seed: int, task: Task, tokenizer: Any, build: Any, identity: dict
+) -> tuple[torch.nn.Module, dict]:
+    from benchmarks.training.warmstart import warm_start
+
+    # The difficulty measurement is not part of the warm start's identity: it is taken after.
+    prompts = int(plan.warmstart.get("difficulty_prompts", 0) or 0)
+    samples = int(plan.warmstart.get("difficulty_samples", 0) or 0)
     model, info = warm_start(
         task=task,
         build_model=build,

@@ -129,7 +129,7 @@ def load_critic_base(
         task=task,
         build_model=build,
         tokenizer=tokenizer,
-        cfg=plan.warmstart_identity(),
+        cfg=plan.warmstart_identity(threads=plan.threads),  # built inside a run, with its threads
         identity={"task": plan.task_node, "model": model_node, "role": "critic"},
         seed=seed,
         cache_dir=plan.cache_dir,

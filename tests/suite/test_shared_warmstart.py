@@ -64,14 +64,55 @@ def test_a_shared_warm_start_is_built_once_and_every_seed_starts_from_it(tmp_pat
     assert own.warmstart["1"]["path"] != shared.warmstart["0"]["path"]  # seed 1's own start
 
 
-def test_the_default_suite_shares_and_the_claims_suites_do_not():
-    """The default suite fits its time budget with one warm start; the claims suites pair their
-    runs by seed over a warm start each."""
-    assert validate(compose_config([])).warmstart["per_seed"] is False
-    for suite in ("claims", "claims_chain_sum", "horizon"):
-        assert validate(compose_config([f"suite={suite}"])).warmstart["per_seed"] is True, suite
+def test_which_suites_share_their_warm_start():
+    """The default suite and the Reasoning Gym claims suite fit their time budgets with one warm
+    start (the latter's 4-layer start builds with both cores); the arith claims and horizon
+    suites pair their runs by seed over a warm start each."""
+    for suite, shared in (("default", True), ("claims_chain_sum", True)):
+        plan = validate(compose_config([f"suite={suite}"]))
+        assert plan.warmstart["per_seed"] is not shared, suite
+    assert validate(compose_config(["suite=claims_chain_sum"])).warmstart_threads == 2
+    for suite in ("claims", "horizon"):
+        plan = validate(compose_config([f"suite={suite}"]))
+        assert (plan.warmstart["per_seed"], plan.warmstart_threads) == (True, 1), suite
 
 
 def test_per_seed_must_be_a_boolean():
     with pytest.raises(ConfigError, match=r"warmstart\.per_seed='sometimes': allowed values"):
         validate(compose_config([*MICRO, "warmstart.per_seed=sometimes"]))
+
+
+@pytest.mark.slow  # two warm starts of the micro suite: ~20 s
+def test_warmstart_threads_build_the_start_apart_from_the_runs_threads(tmp_path):
+    """``warmstart.threads=2`` builds the start with two threads, caches it apart from the
+    one-thread start (their weights may differ in the last bits) and gives the runs back their
+    own thread count."""
+    import torch
+
+    from benchmarks.suite.run_one import load_start_model
+    from benchmarks.training.modeling import build_char_tokenizer
+
+    one = validate(compose_config(_suite(tmp_path)))
+    two = validate(compose_config(_suite(tmp_path, "warmstart.threads=2")))
+    assert "threads" not in one.warmstart_identity()  # every one-thread start keeps its key
+    assert two.warmstart_identity() == {**one.warmstart_identity(), "threads": 2}
+    assert "threads" not in two.warmstart_identity(threads=1)  # a critic model built in a run
+    tok = build_char_tokenizer(one.task.alphabet)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        _, info_one = load_start_model(one, 0, one.task, tok)
+        _, info_two = load_start_model(two, 0, two.task, tok)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    assert (info_one["threads"], info_two["threads"]) == (1, 2)
+    assert info_one["cached"] is info_two["cached"] is False
+    assert info_one["path"] != info_two["path"]
+    assert len(_starts(tmp_path)) == 2
+
+
+def test_warmstart_threads_must_be_a_positive_integer():
+    for bad in ("0", "two", "1.5"):
+        with pytest.raises(ConfigError, match=r"warmstart\.threads=.*allowed values are null"):
+            validate(compose_config([*MICRO, f"warmstart.threads={bad}"]))
