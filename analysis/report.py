@@ -187,8 +187,10 @@ def write_report(
         "(±1.96 s.e. of the eval with one seed)",
         "",
     ]
+    uri = tracking_uri or df.attrs.get("tracking_uri")
     if has_points:
-        _verdicts_section(w, points, metric, reference, reps, seed)
+        shared = _shared_start(runs["run_id"], uri)
+        _verdicts_section(w, points, metric, reference, reps, seed, shared_start=shared)
     if not has_points:
         w.section("Accuracy", f"No `eval/*/{metric}` points were logged: nothing to plot.")
 
@@ -295,7 +297,6 @@ def write_report(
             )
 
     _dynamics_section(w, df, reps, seed)
-    uri = tracking_uri or df.attrs.get("tracking_uri")
     if calibration is None and uri is not None:
         try:
             calibration = load_calibration(df, uri)
@@ -352,19 +353,48 @@ def write_report(
     return report
 
 
+def _shared_start(run_ids: pd.Series, uri: str | None) -> bool:
+    """Whether the runs' seeds shared one warm start (``warmstart.per_seed=false``, a param of
+    every run): the verdicts' intervals are then over RL seeds for that one start, which the
+    report must say. Unknown (no store, or runs logged without the param): False."""
+    if uri is None or run_ids.empty:
+        return False
+    from mlflow.tracking import MlflowClient
+
+    try:
+        params = MlflowClient(tracking_uri=uri).get_run(str(run_ids.iloc[0])).data.params
+    except Exception as err:  # a store that cannot be read must not cost the whole report
+        logger.warning("warm-start params not read from %s: %s", uri, err)
+        return False
+    return params.get("warmstart.per_seed") == "False"
+
+
 def _verdicts_section(
-    w: _Writer, points: pd.DataFrame, metric: str, reference: str, reps: int, seed: int
+    w: _Writer,
+    points: pd.DataFrame,
+    metric: str,
+    reference: str,
+    reps: int,
+    seed: int,
+    *,
+    shared_start: bool = False,
 ) -> None:
     """The report's opening: one line per (claim, task) of :func:`analysis.verdicts.verdicts`."""
     # The expanded intervals' tails are 0.1% at 5 seeds: they need more replicates than the rest.
     table = verdicts(points, reference, metric=metric, reps=max(reps, 10_000), seed=seed)
     if table.empty:
         return
+    pairing = (
+        "(one warm start, shared by every seed: a seed pairs the algorithms' runs by their RL "
+        "seed, so seeds are resampled together and the intervals are for that one start)"
+        if shared_start
+        else "(every algorithm of a seed starts from the same warm start, so seeds are resampled "
+        "together)"
+    )
     w.section(
         "Verdicts",
         "The suite's claims, each with its effect, the 95% paired bootstrap interval over seeds "
-        "(every algorithm of a seed starts from the same warm start, so seeds are resampled "
-        "together), a verdict, and the smallest effect this seed count detects with 80% power "
+        f"{pairing}, a verdict, and the smallest effect this seed count detects with 80% power "
         "(a t test's). A difference holds when its interval is above 0 and does not "
         "hold when below; a compute ratio holds when its interval is below 1, does not hold "
         "when above, else the compute is the same within noise. Intervals are expanded "

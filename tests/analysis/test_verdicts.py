@@ -434,6 +434,7 @@ def test_report_opens_with_verdicts_and_prints_no_bare_ratio(tmp_path: Path) -> 
     assert all(f"**{SAME_WITHIN_NOISE}**" in b for b in bullets[1:])
     assert all("smallest" in b and "detectable at 5 seeds" in b for b in bullets)
     assert "1.00x" not in text
+    assert "every algorithm of a seed starts from the same warm start" in section  # no store
     # compute to target: grpo's per-seed ratio straddles 1, so no "fewer"/"more" claim for it
     ctt = text.split("## Compute to target", 1)[1].split("\n## ", 1)[0]
     told = [ln for ln in ctt.splitlines() if ln.startswith("- ")]
@@ -456,6 +457,9 @@ def test_verdicts_on_the_micro_suite_store(micro_suite, tmp_path: Path) -> None:
     text = write_report(df, tmp_path / "r", reps=200, fit_reps=5).read_text()
     assert _sections(text)[0] == "Verdicts" and "1.00x" not in text
     assert "no interval: 1 seed paired" in text
+    # the default suite's seeds share one warm start (the runs' warmstart.per_seed param)
+    assert "one warm start, shared by every seed" in text
+    assert "starts from the same warm start" not in text
     ctt = text.split("## Compute to target", 1)[1].split("\n## ", 1)[0]
     told = [
         ln for ln in ctt.splitlines() if ln.startswith("- ") and ("fewer" in ln or "more" in ln)
