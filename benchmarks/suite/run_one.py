@@ -23,7 +23,7 @@ from benchmarks.telemetry.tracking import (
     flatten,
 )
 from benchmarks.training import checkpoint as ckpt
-from benchmarks.training.modeling import build_tiny_llama
+from benchmarks.training.modeling import build_tiny_llama, torch_threads
 from benchmarks.training.trainer import RLTrainer
 
 log = logging.getLogger(__name__)
@@ -48,51 +48,39 @@ def load_start_model(
 
     if not plan.warmstart.get("enabled", True) or not isinstance(task, CharTask):
         return build(), {"steps": 0, "val_accuracy": float("nan"), "cached": False, "path": None}
-    identity = {"task": plan.task_node, "model": plan.model.node}
-    runs_threads = torch.get_num_threads()
-    torch.set_num_threads(plan.warmstart_threads)  # the start and its measurement; runs after
-    try:
-        model, info = _warm_start_and_measure(plan, seed, task, tokenizer, build, identity)
-        info["threads"] = torch.get_num_threads()
-        return model, info
-    finally:
-        torch.set_num_threads(runs_threads)
-
-
-def _warm_start_and_measure(
-    plan: SuitePlan, seed: int, task: Task, tokenizer: Any, build: Any, identity: dict
-) -> tuple[torch.nn.Module, dict]:
     from benchmarks.training.warmstart import warm_start
 
     # The difficulty measurement is not part of the warm start's identity: it is taken after.
     prompts = int(plan.warmstart.get("difficulty_prompts", 0) or 0)
     samples = int(plan.warmstart.get("difficulty_samples", 0) or 0)
-    model, info = warm_start(
-        task=task,
-        build_model=build,
-        tokenizer=tokenizer,
-        cfg=plan.warmstart_identity(),
-        identity=identity,
-        seed=seed,
-        cache_dir=plan.cache_dir,
-        max_new_tokens=int(plan.task_node["max_new_tokens"]),
-    )
-    if prompts > 0 and samples > 0:
-        from benchmarks.evaluation.difficulty import measure_difficulty
-
-        trainer = plan.resolved["trainer"]
-        measured = measure_difficulty(
-            model,
-            tokenizer,
-            task,
-            prompts=prompts,
-            samples=samples,
-            temperature=float(trainer["temperature"]),
-            top_p=float(trainer["top_p"]),
+    with torch_threads(plan.warmstart_threads):  # the start and its measurement; runs after
+        model, info = warm_start(
+            task=task,
+            build_model=build,
+            tokenizer=tokenizer,
+            cfg=plan.warmstart_identity(),
+            identity={"task": plan.task_node, "model": plan.model.node},
+            seed=seed,
+            cache_dir=plan.cache_dir,
             max_new_tokens=int(plan.task_node["max_new_tokens"]),
-            cache=Path(info["path"]) / "difficulty.json",
         )
-        info["difficulty"] = measured["summary"]
+        info["threads"] = torch.get_num_threads()
+        if prompts > 0 and samples > 0:
+            from benchmarks.evaluation.difficulty import measure_difficulty
+
+            trainer = plan.resolved["trainer"]
+            measured = measure_difficulty(
+                model,
+                tokenizer,
+                task,
+                prompts=prompts,
+                samples=samples,
+                temperature=float(trainer["temperature"]),
+                top_p=float(trainer["top_p"]),
+                max_new_tokens=int(plan.task_node["max_new_tokens"]),
+                cache=Path(info["path"]) / "difficulty.json",
+            )
+            info["difficulty"] = measured["summary"]
     return model, info
 
 

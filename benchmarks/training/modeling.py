@@ -7,8 +7,10 @@ Critics follow verl: a copy of the (warm-started) policy's backbone with a fresh
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -20,7 +22,19 @@ if TYPE_CHECKING:  # transformers loads lazily: import it where the model is bui
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ModelSpec", "ValueModel", "build_char_tokenizer", "build_tiny_llama"]
+__all__ = ["ModelSpec", "ValueModel", "build_char_tokenizer", "build_tiny_llama", "torch_threads"]
+
+
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Run a block with ``n`` intra-op threads and give the caller its own count back after,
+    even on error: a warm start or a benchmark may use more threads than the runs around it."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
