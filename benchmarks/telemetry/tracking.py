@@ -42,7 +42,7 @@ _T = TypeVar("_T")
 
 #: MLflow 3's experiment-type tag, set on every experiment the suite creates: a training
 #: experiment. (The 3.17 UI picks an experiment's pages from its sidebar switch, "GenAI" or
-#: "Model training", not from this tag: see the README, "Comparing runs in the MLflow UI".)
+#: "Model training", not from this tag: see docs/usage.md, "Comparing runs in the MLflow UI".)
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
 #: Where ``mlflow ui`` (and ``mlflow server``) listen when started without ``--host``/``--port``.
