@@ -38,6 +38,7 @@ from algorithms.common import (
     kl_penalty,
     masked_mean,
     to_floats,
+    zero_masked,
 )
 
 __all__ = [
@@ -245,6 +246,8 @@ class Algorithm(ABC):
     and override whatever else differs. The defaults here are those of a critic-free,
     one-sample-per-prompt PPO-style learner: identity reward shaping, keep every sample, the
     clipped surrogate of :func:`algorithms.common.clipped_surrogate` with an optional KL term.
+    :meth:`policy_loss` is written once (check, surrogate, aggregate, KL); an algorithm with
+    another objective overrides only :meth:`surrogate`.
 
     Shapes: ``B`` sequences, ``T`` response tokens; ``response_mask`` is ``(B, T)``.
     """
@@ -432,7 +435,9 @@ class Algorithm(ABC):
         response_mask: Tensor,
         ref_log_probs: Tensor | None = None,
     ) -> tuple[Tensor, dict[str, float]]:
-        """Clipped-surrogate loss plus ``kl_loss_coef`` times the aggregated KL to the reference.
+        """The policy loss, written once for every algorithm: check the inputs, compute the
+        :meth:`surrogate`'s losses, aggregate them by ``loss_agg_mode``, and add ``kl_loss_coef``
+        times the aggregated KL to the reference.
 
         Args:
             log_probs: ``(B, T)`` current-policy log-probs of the sampled tokens (with grad).
@@ -443,40 +448,17 @@ class Algorithm(ABC):
                 ``kl_loss_coef > 0``; when given, ``train/kl`` is logged either way.
 
         Returns:
-            ``(loss, metrics)``: scalar loss and python-float metrics ``train/policy_loss``,
-            ``train/clip_frac``, ``train/approx_kl``, plus ``train/dual_clip_frac`` with
-            dual-clip and ``train/kl`` (token mean) with a reference.
+            ``(loss, metrics)``: scalar loss and python-float metrics: the surrogate's statistics
+            under ``train/`` (by default ``train/clip_frac``, ``train/approx_kl``, and
+            ``train/dual_clip_frac`` with dual-clip), ``train/kl`` (token mean) with a reference,
+            and ``train/policy_loss``.
         """
         cfg = self.config
-        self._check_policy_inputs(
-            log_probs, old_log_probs, advantages, response_mask, ref_log_probs
-        )
-        pg, stats = clipped_surrogate(
-            log_probs,
-            old_log_probs,
-            advantages,
-            response_mask,
-            cfg.clip_ratio_low,
-            cfg.clip_ratio_high,
-            cfg.clip_ratio_c,
-        )
-        loss = agg_loss(pg, response_mask, cfg.loss_agg_mode)
-        return self._with_kl_term(loss, stats, log_probs, response_mask, ref_log_probs)
-
-    def _check_policy_inputs(
-        self,
-        log_probs: Tensor,
-        old_log_probs: Tensor,
-        advantages: Tensor,
-        response_mask: Tensor,
-        ref_log_probs: Tensor | None,
-    ) -> None:
-        """The checks every ``policy_loss`` starts with: a reference when the KL term needs one,
-        and one (B, T) shape for every input."""
-        if self.config.kl_loss_coef > 0 and ref_log_probs is None:
+        # check: a reference when the KL term needs one, and one (B, T) shape for every input
+        if cfg.kl_loss_coef > 0 and ref_log_probs is None:
             raise ValueError(
                 f"{self.name}: ref_log_probs is required when kl_loss_coef > 0 "
-                f"(kl_loss_coef={self.config.kl_loss_coef})"
+                f"(kl_loss_coef={cfg.kl_loss_coef})"
             )
         _check_same_shape(
             log_probs=log_probs,
@@ -485,26 +467,16 @@ class Algorithm(ABC):
             response_mask=response_mask,
             ref_log_probs=ref_log_probs,
         )
-
-    def _with_kl_term(
-        self,
-        loss: Tensor,
-        stats: dict[str, Tensor],
-        log_probs: Tensor,
-        response_mask: Tensor,
-        ref_log_probs: Tensor | None,
-    ) -> tuple[Tensor, dict[str, float]]:
-        """``loss`` plus ``kl_loss_coef`` times the aggregated KL to the reference, and the
-        metrics every policy loss reports (``stats`` under ``train/``, ``train/kl`` with a
-        reference, ``train/policy_loss``), so every surrogate shares one KL term."""
-        cfg = self.config
+        # surrogate and aggregate
+        losses, stats = self.surrogate(log_probs, old_log_probs, advantages, response_mask)
+        loss = agg_loss(losses, response_mask, cfg.loss_agg_mode)
         metrics = {f"train/{k}": v for k, v in stats.items()}
+        # KL to the reference: logged whenever there is one, in the loss when kl_loss_coef > 0
         if ref_log_probs is not None:
             valid = response_mask != 0
-            zero = torch.zeros((), dtype=log_probs.dtype, device=log_probs.device)
             kl = kl_penalty(
-                torch.where(valid, log_probs, zero),
-                torch.where(valid, ref_log_probs.detach(), zero),
+                zero_masked(log_probs, valid),
+                zero_masked(ref_log_probs.detach(), valid),
                 cfg.kl_penalty,
             )
             metrics["train/kl"] = masked_mean(kl.detach(), valid)
@@ -512,6 +484,39 @@ class Algorithm(ABC):
                 loss = loss + cfg.kl_loss_coef * agg_loss(kl, valid, cfg.loss_agg_mode)
         metrics["train/policy_loss"] = loss.detach()
         return loss, to_floats(metrics)
+
+    def surrogate(
+        self,
+        log_probs: Tensor,
+        old_log_probs: Tensor,
+        advantages: Tensor,
+        response_mask: Tensor,
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """The policy surrogate's losses before aggregation: the one piece of
+        :meth:`policy_loss` an algorithm overrides (CISPO, GSPO, GMPO).
+
+        By default PPO's clipped surrogate, :func:`algorithms.common.clipped_surrogate`, with
+        this config's clip range and dual-clip.
+
+        Args:
+            log_probs, old_log_probs, advantages, response_mask: ``(B, T)`` each, as in
+                :meth:`policy_loss` (one shape, checked before this is called).
+
+        Returns:
+            ``(losses, stats)``: ``(B, T)`` per-token losses, 0 on masked positions, or ``(B,)``
+            losses already one per response (averaged over responses whatever the ``seq-mean-*``
+            mode); ``stats`` are scalar tensors, logged under ``train/``.
+        """
+        cfg = self.config
+        return clipped_surrogate(
+            log_probs,
+            old_log_probs,
+            advantages,
+            response_mask,
+            cfg.clip_ratio_low,
+            cfg.clip_ratio_high,
+            cfg.clip_ratio_c,
+        )
 
     def value_loss(
         self,

@@ -23,17 +23,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 from torch import Tensor
 
 from algorithms.base import config_field, register_algorithm
-from algorithms.common import LossAggMode, agg_loss, masked_mean
+from algorithms.common import (
+    LossAggMode,
+    importance_ratio,
+    masked_mean,
+    masked_policy_inputs,
+    zero_masked,
+)
 from algorithms.grpo import GRPO, GRPOConfig
 
 __all__ = ["CISPO", "CISPOConfig", "cispo_surrogate"]
-
-# verl clamps the log-ratio before exp() so one wild token cannot overflow the weight.
-_LOG_RATIO_CLAMP = 20.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,20 +81,17 @@ def cispo_surrogate(
         ``(pg_losses (B, T), stats)``: 0 on masked positions; ``clip_frac`` (valid tokens whose
         weight was clipped) and ``approx_kl`` (mean ``old - logp``).
     """
-    valid = response_mask != 0
-    zero = torch.zeros((), dtype=log_probs.dtype, device=log_probs.device)
-    logp = torch.where(valid, log_probs, zero)
-    old = torch.where(valid, old_log_probs.detach(), zero)
-    adv = torch.where(valid, advantages.detach(), zero)
-    log_ratio = (logp - old).clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
-    ratio = torch.exp(log_ratio)
+    valid, logp, old, adv = masked_policy_inputs(
+        log_probs, old_log_probs, advantages, response_mask
+    )
+    log_ratio, ratio = importance_ratio(logp, old)
     weight = ratio.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
     pg = -weight.detach() * adv * logp
     stats = {
         "clip_frac": masked_mean((ratio != weight).to(ratio.dtype).detach(), valid),
         "approx_kl": masked_mean(-log_ratio.detach(), valid),
     }
-    return torch.where(valid, pg, zero), stats
+    return zero_masked(pg, valid), stats
 
 
 @register_algorithm("cispo")
@@ -102,22 +101,16 @@ class CISPO(GRPO):
     Config = CISPOConfig
     config: CISPOConfig
 
-    def policy_loss(
+    def surrogate(
         self,
         log_probs: Tensor,
         old_log_probs: Tensor,
         advantages: Tensor,
         response_mask: Tensor,
-        ref_log_probs: Tensor | None = None,
-    ) -> tuple[Tensor, dict[str, float]]:
-        """CISPO's surrogate (:func:`cispo_surrogate`) aggregated by ``loss_agg_mode``, plus the
-        KL term when ``kl_loss_coef > 0``; shapes and metrics as
-        :meth:`algorithms.base.Algorithm.policy_loss`."""
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """:func:`cispo_surrogate` with this config's clip range on the weight."""
         cfg = self.config
-        self._check_policy_inputs(
-            log_probs, old_log_probs, advantages, response_mask, ref_log_probs
-        )
-        pg, stats = cispo_surrogate(
+        return cispo_surrogate(
             log_probs,
             old_log_probs,
             advantages,
@@ -125,5 +118,3 @@ class CISPO(GRPO):
             cfg.clip_ratio_low,
             cfg.clip_ratio_high,
         )
-        loss = agg_loss(pg, response_mask, cfg.loss_agg_mode)
-        return self._with_kl_term(loss, stats, log_probs, response_mask, ref_log_probs)

@@ -1,10 +1,13 @@
 """Shared tensor math for every algorithm: masked statistics, loss aggregation, group statistics,
-the clipped surrogate and KL estimators.
+outcome rewards on tokens, the pieces of a policy surrogate, PPO's clipped surrogate and the KL
+estimators.
 
 Each piece lives here once so that two algorithms that "do the same thing" provably do: GRPO
-and DAPO share :func:`group_mean_std`, every algorithm shares :func:`clipped_surrogate` and
-:func:`agg_loss`. Semantics follow verl's ``verl/trainer/ppo/core_algos.py`` and
-``verl/utils/torch_functional.py`` (cited per function), with one systematic difference:
+and DAPO share :func:`group_mean_std`, PPO and REINFORCE++ :func:`outcome_at_last_token`; every
+surrogate starts from :func:`masked_policy_inputs`, PPO's and GSPO's clip through
+:func:`clipped_ratio_loss`, and every policy loss is aggregated by :func:`agg_loss`. Semantics
+follow verl's ``verl/trainer/ppo/core_algos.py`` and ``verl/utils/torch_functional.py`` (cited
+per function), with one systematic difference:
 
 * **Masked positions never leak.** verl multiplies by the mask (``x * mask``), so a NaN or inf
   in a padded position poisons the result (``nan * 0 = nan``) and its gradient. Here every
@@ -31,16 +34,21 @@ __all__ = [
     "KLPenalty",
     "LossAggMode",
     "agg_loss",
+    "clipped_ratio_loss",
     "clipped_surrogate",
     "explained_variance",
     "group_index",
     "group_mean_std",
+    "importance_ratio",
     "kl_penalty",
     "masked_mean",
+    "masked_policy_inputs",
     "masked_var",
     "masked_whiten",
+    "outcome_at_last_token",
     "outcome_to_tokens",
     "to_floats",
+    "zero_masked",
 ]
 
 LossAggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
@@ -64,11 +72,15 @@ def _valid(mask: Tensor) -> Tensor:
     return mask if mask.dtype == torch.bool else mask != 0
 
 
-def _zero_masked(x: Tensor, mask: Tensor) -> Tensor:
+def zero_masked(x: Tensor, mask: Tensor) -> Tensor:
     """``x`` with masked positions set to 0 (NaN-safe: uses ``where``, not multiplication).
 
     Gradients flowing back through the result are exactly 0 at masked positions, even when
     ``x`` holds NaN/inf there.
+
+    Args:
+        x: any shape, e.g. ``(B, T)``.
+        mask: same shape as ``x`` (bool, int or float; non-zero = valid).
     """
     return torch.where(_valid(mask), x, torch.zeros((), dtype=x.dtype, device=x.device))
 
@@ -85,9 +97,7 @@ def masked_mean(values: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
         The mean; 0 where there is no valid element (verl: ``sum / (count + 1e-8)``).
     """
     valid = _valid(mask)
-    total = (
-        _zero_masked(values, valid).sum() if dim is None else _zero_masked(values, valid).sum(dim)
-    )
+    total = zero_masked(values, valid).sum() if dim is None else zero_masked(values, valid).sum(dim)
     count = valid.sum() if dim is None else valid.sum(dim)
     return total / count.clamp(min=1).to(values.dtype)
 
@@ -107,7 +117,7 @@ def masked_var(values: Tensor, mask: Tensor, unbiased: bool = True) -> Tensor:
     """
     valid = _valid(mask)
     mean = masked_mean(values, valid)
-    sq = _zero_masked((values - mean) ** 2, valid).sum()
+    sq = zero_masked((values - mean) ** 2, valid).sum()
     count = valid.sum().to(values.dtype)
     denom = count - 1 if unbiased else count
     return torch.where(denom > 0, sq / denom.clamp(min=1), torch.zeros_like(sq))
@@ -130,19 +140,21 @@ def masked_whiten(values: Tensor, mask: Tensor, shift_mean: bool = True) -> Tens
     whitened = (values - mean) * torch.rsqrt(var + _WHITEN_EPS)
     if not shift_mean:
         whitened = whitened + mean
-    return _zero_masked(whitened, valid)
+    return zero_masked(whitened, valid)
 
 
 def agg_loss(loss_mat: Tensor, mask: Tensor, mode: str) -> Tensor:
     """Aggregate a per-token loss into a scalar (verl's ``agg_loss``).
 
     Args:
-        loss_mat: ``(B, T)`` per-token losses.
+        loss_mat: ``(B, T)`` per-token losses, or ``(B,)`` losses already one per sequence (a
+            sequence-level surrogate, GMPO's), which only the ``seq-mean-*`` modes accept.
         mask: ``(B, T)`` valid-token mask.
         mode: ``"token-mean"`` (mean over all valid tokens of the batch: long answers weigh
             more), ``"seq-mean-token-mean"`` (mean per sequence, then over sequences: every
             sequence weighs the same, as in the GRPO paper), or ``"seq-mean-token-sum"`` (sum
-            per sequence, mean over sequences, as in Dr. GRPO up to a constant).
+            per sequence, mean over sequences, as in Dr. GRPO up to a constant). Losses already
+            one per sequence go straight to the mean over sequences.
 
     Returns:
         Scalar loss. Sequence means run over sequences with at least one valid token, so a
@@ -150,11 +162,18 @@ def agg_loss(loss_mat: Tensor, mask: Tensor, mode: str) -> Tensor:
         is 0 (still attached to the graph).
     """
     valid = _valid(mask)
-    if mode == "token-mean":
-        return masked_mean(loss_mat, valid)
     if mode not in LOSS_AGG_MODES:
         raise ValueError(f"loss_agg_mode={mode!r} is not one of {list(LOSS_AGG_MODES)}")
-    seq_sum = _zero_masked(loss_mat, valid).sum(-1)  # (B,)
+    if loss_mat.dim() == 1:  # (B,): one loss per sequence
+        if mode == "token-mean":
+            raise ValueError(
+                "loss_agg_mode='token-mean' needs per-token (B, T) losses, got one loss per "
+                f"sequence {tuple(loss_mat.shape)}"
+            )
+        return masked_mean(loss_mat, valid.any(-1))
+    if mode == "token-mean":
+        return masked_mean(loss_mat, valid)
+    seq_sum = zero_masked(loss_mat, valid).sum(-1)  # (B,)
     n_tok = valid.sum(-1)  # (B,)
     if mode == "seq-mean-token-mean":
         seq_loss = seq_sum / n_tok.clamp(min=1).to(loss_mat.dtype)
@@ -225,7 +244,31 @@ def outcome_to_tokens(scores: Tensor, response_mask: Tensor) -> Tensor:
             f"scores must have shape (B,) = ({response_mask.shape[0]},), got {tuple(scores.shape)}"
         )
     expanded = scores.detach()[:, None].expand(response_mask.shape)
-    return _zero_masked(expanded, response_mask)
+    return zero_masked(expanded, response_mask)
+
+
+def outcome_at_last_token(scores: Tensor, response_mask: Tensor) -> Tensor:
+    """Put one detached scalar per sequence on its last valid response token (0 elsewhere).
+
+    The token rewards of an outcome-rewarded response, for algorithms that accumulate rewards
+    along the tokens (PPO's GAE, REINFORCE++'s reward-to-go).
+
+    Args:
+        scores: ``(B,)`` outcome rewards.
+        response_mask: ``(B, T)``; the last valid token need not be the last column (interleaved
+            masks work).
+
+    Returns:
+        ``(B, T)``: ``scores[i]`` on the last valid token of row ``i``; a row without valid
+        tokens is all 0.
+    """
+    valid = response_mask != 0
+    t = valid.shape[1]
+    # index of the last True per row: flip, argmax finds the first True of the reversed row
+    last = (t - 1) - valid.flip(-1).to(torch.uint8).argmax(-1)  # (B,)
+    out = torch.zeros(valid.shape, dtype=scores.dtype, device=scores.device)
+    out.scatter_(1, last[:, None], scores.detach()[:, None])
+    return torch.where(valid, out, torch.zeros_like(out))  # rows without valid tokens: none
 
 
 def kl_penalty(log_probs: Tensor, ref_log_probs: Tensor, mode: str) -> Tensor:
@@ -247,6 +290,66 @@ def kl_penalty(log_probs: Tensor, ref_log_probs: Tensor, mode: str) -> Tensor:
         log_ratio = (ref_log_probs - log_probs).clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
         return (torch.exp(log_ratio) - log_ratio - 1).clamp(-_K3_CLAMP, _K3_CLAMP)
     raise ValueError(f"kl_penalty={mode!r} is not one of {list(KL_PENALTIES)}")
+
+
+def masked_policy_inputs(
+    log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, response_mask: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """A surrogate's inputs with padding made harmless: where every policy surrogate starts.
+
+    Args:
+        log_probs: ``(B, T)`` current-policy log-probs of the sampled tokens (requires grad).
+        old_log_probs: ``(B, T)`` rollout-policy log-probs.
+        advantages: ``(B, T)``.
+        response_mask: ``(B, T)``; masked positions may hold any value, NaN included.
+
+    Returns:
+        ``(valid, logp, old, adv)``: the mask as bool, and the three inputs with masked positions
+        set to 0, ``old`` and ``adv`` detached (constants of the update).
+    """
+    valid = _valid(response_mask)
+    logp = zero_masked(log_probs, valid)
+    old = zero_masked(old_log_probs.detach(), valid)
+    adv = zero_masked(advantages.detach(), valid)
+    return valid, logp, old, adv
+
+
+def importance_ratio(logp: Tensor, old: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-token importance ratio ``exp(clamp(logp - old, -20, 20))``, clamped as verl clamps it
+    so that one wild token cannot overflow the loss.
+
+    Args:
+        logp: ``(B, T)`` current-policy log-probs (masked positions already 0).
+        old: ``(B, T)`` rollout-policy log-probs (masked positions already 0).
+
+    Returns:
+        ``(log_ratio, ratio)``, both ``(B, T)``: the clamped log-ratio and its exponential.
+    """
+    log_ratio = (logp - old).clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+    return log_ratio, torch.exp(log_ratio)
+
+
+def clipped_ratio_loss(
+    advantages: Tensor, ratio: Tensor, clip_ratio_low: float, clip_ratio_high: float
+) -> tuple[Tensor, Tensor]:
+    """PPO's pessimistic clipped objective per token, for any importance ratio (PPO's per-token
+    ratio in :func:`clipped_surrogate`, GSPO's per-sequence one).
+
+    ``max(-A * ratio, -A * clip(ratio, 1 - clip_ratio_low, 1 + clip_ratio_high))``.
+
+    Args:
+        advantages: ``(B, T)`` (constants).
+        ratio: ``(B, T)`` importance ratios.
+        clip_ratio_low: ``eps_low`` in ``1 - eps_low``.
+        clip_ratio_high: ``eps_high`` in ``1 + eps_high``.
+
+    Returns:
+        ``(losses (B, T), clipped (B, T) bool)``: ``clipped`` marks the tokens where the clipped
+        term is the active max (their gradient is cut).
+    """
+    loss_unclipped = -advantages * ratio
+    loss_clipped = -advantages * ratio.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
+    return torch.maximum(loss_unclipped, loss_clipped), loss_clipped > loss_unclipped
 
 
 def clipped_surrogate(
@@ -281,18 +384,13 @@ def clipped_surrogate(
         ``approx_kl`` (mean ``old_logp - logp``, verl's ``ppo_kl``) and, with dual-clip,
         ``dual_clip_frac`` (valid negative-advantage tokens where the ``c`` bound is active).
     """
-    valid = _valid(response_mask)
-    logp = _zero_masked(log_probs, valid)
-    old = _zero_masked(old_log_probs.detach(), valid)
-    adv = _zero_masked(advantages.detach(), valid)
-
-    log_ratio = (logp - old).clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
-    ratio = torch.exp(log_ratio)
-    loss_unclipped = -adv * ratio
-    loss_clipped = -adv * ratio.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
-    pg = torch.maximum(loss_unclipped, loss_clipped)
+    valid, logp, old, adv = masked_policy_inputs(
+        log_probs, old_log_probs, advantages, response_mask
+    )
+    log_ratio, ratio = importance_ratio(logp, old)
+    pg, clipped = clipped_ratio_loss(adv, ratio, clip_ratio_low, clip_ratio_high)
     stats = {
-        "clip_frac": masked_mean((loss_clipped > loss_unclipped).to(ratio.dtype), valid),
+        "clip_frac": masked_mean(clipped.to(ratio.dtype), valid),
         "approx_kl": masked_mean(-log_ratio.detach(), valid),
     }
     if clip_ratio_c is not None:
@@ -300,7 +398,7 @@ def clipped_surrogate(
         negative = adv < 0
         stats["dual_clip_frac"] = masked_mean(((pg > loss_dual) & negative).to(ratio.dtype), valid)
         pg = torch.where(negative, torch.minimum(pg, loss_dual), pg)
-    return _zero_masked(pg, valid), stats
+    return zero_masked(pg, valid), stats
 
 
 def explained_variance(pred: Tensor, target: Tensor, mask: Tensor | None = None) -> Tensor:

@@ -14,9 +14,10 @@ can afford a wider clip range:
 
 Defaults are the paper's: clip range ``(e^-0.4, e^0.4)`` on the token ratio, i.e. 0.4 on each
 side in log space (``clip_ratio_low`` and ``clip_ratio_high`` are log-space bounds here, as in
-verl's ``geo_mean``). G = 8 as ``grpo``. The loss is a mean over responses whatever
-``loss_agg_mode`` says, so only ``seq-mean-token-mean`` is accepted; a fully masked row is left
-out of that mean (verl's ``torch.mean`` counts it as a zero).
+verl's ``geo_mean``). G = 8 as ``grpo``. The surrogate gives one loss per response, which the
+shared aggregation averages over responses, so ``loss_agg_mode`` accepts only
+``seq-mean-token-mean``; a fully masked row is left out of that mean (verl's ``torch.mean``
+counts it as a zero).
 """
 
 from __future__ import annotations
@@ -27,10 +28,10 @@ import torch
 from torch import Tensor
 
 from algorithms.base import ConfigError, config_field, register_algorithm
-from algorithms.common import LossAggMode, masked_mean
+from algorithms.common import LossAggMode, masked_mean, masked_policy_inputs, zero_masked
 from algorithms.grpo import GRPO, GRPOConfig
 
-__all__ = ["GMPO", "GMPOConfig", "gmpo_sequence_losses"]
+__all__ = ["GMPO", "GMPOConfig", "gmpo_surrogate"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,14 +60,14 @@ class GMPOConfig(GRPOConfig):
             )
 
 
-def gmpo_sequence_losses(
+def gmpo_surrogate(
     log_probs: Tensor,
     old_log_probs: Tensor,
     advantages: Tensor,
     response_mask: Tensor,
     clip_ratio_low: float,
     clip_ratio_high: float,
-) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+) -> tuple[Tensor, dict[str, Tensor]]:
     """GMPO's per-response losses (verl's ``compute_policy_loss_geo_mean`` before its mean).
 
     Args:
@@ -77,22 +78,20 @@ def gmpo_sequence_losses(
         clip_ratio_low, clip_ratio_high: the log-space clip range.
 
     Returns:
-        ``(losses (B,), has_tokens (B,) bool, stats)``; ``stats``: ``clip_frac`` (valid tokens
-        clipped with a positive advantage), ``clip_frac_lower`` (with a negative one) and
-        ``approx_kl`` (mean ``old - logp``).
+        ``(losses (B,), stats)``: one loss per response (0 for a response without valid
+        tokens), which :func:`algorithms.common.agg_loss` averages over the responses that have
+        tokens; ``stats``: ``clip_frac`` (valid tokens clipped with a positive advantage),
+        ``clip_frac_lower`` (with a negative one) and ``approx_kl`` (mean ``old - logp``).
     """
-    valid = response_mask != 0
-    zero = torch.zeros((), dtype=log_probs.dtype, device=log_probs.device)
-    logp = torch.where(valid, log_probs, zero)
-    old = torch.where(valid, old_log_probs.detach(), zero)
-    adv = torch.where(valid, advantages.detach(), zero)
+    valid, logp, old, adv = masked_policy_inputs(
+        log_probs, old_log_probs, advantages, response_mask
+    )
     log_ratio = logp - old
     sgn = torch.sign(adv)
     clipped = log_ratio.clamp(-clip_ratio_low, clip_ratio_high)
     pessimistic = sgn * torch.min(sgn * log_ratio, sgn * clipped)
-    n_tok = valid.sum(-1)
-    n = n_tok.clamp(min=1).to(logp.dtype)
-    ratio = torch.exp(torch.where(valid, pessimistic, zero).sum(-1) / n)  # (B,)
+    n = valid.sum(-1).clamp(min=1).to(logp.dtype)  # (B,)
+    ratio = torch.exp(zero_masked(pessimistic, valid).sum(-1) / n)  # (B,)
     seq_adv = adv.sum(-1) / n  # (B,)
     was_clipped = (log_ratio != clipped).detach()
     stats = {
@@ -100,7 +99,7 @@ def gmpo_sequence_losses(
         "clip_frac_lower": masked_mean((was_clipped & (adv < 0)).to(logp.dtype), valid),
         "approx_kl": masked_mean(-log_ratio.detach(), valid),
     }
-    return -seq_adv * ratio, n_tok > 0, stats
+    return -seq_adv * ratio, stats
 
 
 @register_algorithm("gmpo")
@@ -110,22 +109,17 @@ class GMPO(GRPO):
     Config = GMPOConfig
     config: GMPOConfig
 
-    def policy_loss(
+    def surrogate(
         self,
         log_probs: Tensor,
         old_log_probs: Tensor,
         advantages: Tensor,
         response_mask: Tensor,
-        ref_log_probs: Tensor | None = None,
-    ) -> tuple[Tensor, dict[str, float]]:
-        """The mean over responses of :func:`gmpo_sequence_losses`, plus the KL term when
-        ``kl_loss_coef > 0``; shapes and metrics as
-        :meth:`algorithms.base.Algorithm.policy_loss` (and ``train/clip_frac_lower``)."""
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """:func:`gmpo_surrogate` with this config's log-space clip range: one loss per
+        response (``train/clip_frac_lower`` among its statistics)."""
         cfg = self.config
-        self._check_policy_inputs(
-            log_probs, old_log_probs, advantages, response_mask, ref_log_probs
-        )
-        losses, has_tokens, stats = gmpo_sequence_losses(
+        return gmpo_surrogate(
             log_probs,
             old_log_probs,
             advantages,
@@ -133,5 +127,3 @@ class GMPO(GRPO):
             cfg.clip_ratio_low,
             cfg.clip_ratio_high,
         )
-        loss = masked_mean(losses, has_tokens)
-        return self._with_kl_term(loss, stats, log_probs, response_mask, ref_log_probs)

@@ -28,7 +28,13 @@ import torch
 from torch import Tensor
 
 from algorithms.base import config_field, register_algorithm
-from algorithms.common import LossAggMode, agg_loss, masked_mean
+from algorithms.common import (
+    LossAggMode,
+    clipped_ratio_loss,
+    masked_mean,
+    masked_policy_inputs,
+    zero_masked,
+)
 from algorithms.grpo import GRPO, GRPOConfig
 
 __all__ = ["GSPO", "GSPOConfig", "gspo_surrogate"]
@@ -77,24 +83,20 @@ def gspo_surrogate(
         ``(pg_losses (B, T), stats)``: 0 on masked positions; ``clip_frac`` (valid tokens whose
         clipped term is the active max) and ``approx_kl`` (mean ``old - logp``).
     """
-    valid = response_mask != 0
-    zero = torch.zeros((), dtype=log_probs.dtype, device=log_probs.device)
-    logp = torch.where(valid, log_probs, zero)
-    old = torch.where(valid, old_log_probs.detach(), zero)
-    adv = torch.where(valid, advantages.detach(), zero)
+    valid, logp, old, adv = masked_policy_inputs(
+        log_probs, old_log_probs, advantages, response_mask
+    )
     log_ratio = logp - old
     n = valid.sum(-1).clamp(min=1).to(logp.dtype)  # (B,)
     seq_log_ratio = log_ratio.sum(-1) / n  # (B,) log s_i
     token_log_ratio = logp - logp.detach() + seq_log_ratio.detach()[:, None]
     ratio = torch.exp(token_log_ratio.clamp(max=_SEQ_LOG_RATIO_MAX))
-    loss_unclipped = -adv * ratio
-    loss_clipped = -adv * ratio.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
-    pg = torch.maximum(loss_unclipped, loss_clipped)
+    pg, clipped = clipped_ratio_loss(adv, ratio, clip_ratio_low, clip_ratio_high)
     stats = {
-        "clip_frac": masked_mean((loss_clipped > loss_unclipped).to(ratio.dtype), valid),
+        "clip_frac": masked_mean(clipped.to(ratio.dtype), valid),
         "approx_kl": masked_mean(-log_ratio.detach(), valid),
     }
-    return torch.where(valid, pg, zero), stats
+    return zero_masked(pg, valid), stats
 
 
 @register_algorithm("gspo")
@@ -104,22 +106,16 @@ class GSPO(GRPO):
     Config = GSPOConfig
     config: GSPOConfig
 
-    def policy_loss(
+    def surrogate(
         self,
         log_probs: Tensor,
         old_log_probs: Tensor,
         advantages: Tensor,
         response_mask: Tensor,
-        ref_log_probs: Tensor | None = None,
-    ) -> tuple[Tensor, dict[str, float]]:
-        """GSPO's sequence-ratio surrogate (:func:`gspo_surrogate`), aggregated by
-        ``loss_agg_mode``, plus the KL term when ``kl_loss_coef > 0``; shapes and metrics as
-        :meth:`algorithms.base.Algorithm.policy_loss`."""
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """:func:`gspo_surrogate` with this config's clip range on the sequence ratio."""
         cfg = self.config
-        self._check_policy_inputs(
-            log_probs, old_log_probs, advantages, response_mask, ref_log_probs
-        )
-        pg, stats = gspo_surrogate(
+        return gspo_surrogate(
             log_probs,
             old_log_probs,
             advantages,
@@ -127,5 +123,3 @@ class GSPO(GRPO):
             cfg.clip_ratio_low,
             cfg.clip_ratio_high,
         )
-        loss = agg_loss(pg, response_mask, cfg.loss_agg_mode)
-        return self._with_kl_term(loss, stats, log_probs, response_mask, ref_log_probs)

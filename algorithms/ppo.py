@@ -30,6 +30,7 @@ from algorithms.common import (
     explained_variance,
     masked_mean,
     masked_whiten,
+    outcome_at_last_token,
     to_floats,
 )
 
@@ -100,17 +101,6 @@ def gae(
         return adv, torch.where(valid, adv + v, zero)
 
 
-def _last_token_rewards(rewards: Tensor, response_mask: Tensor) -> Tensor:
-    """``(B, T)`` with ``rewards[i]`` on the last valid token of row ``i`` and 0 elsewhere."""
-    valid = response_mask != 0
-    t = valid.shape[1]
-    # index of the last True per row: flip, argmax finds the first True of the reversed row
-    last = (t - 1) - valid.flip(-1).to(torch.uint8).argmax(-1)  # (B,)
-    out = torch.zeros(valid.shape, dtype=rewards.dtype, device=rewards.device)
-    out.scatter_(1, last[:, None], rewards.detach()[:, None])
-    return torch.where(valid, out, torch.zeros_like(out))  # rows without valid tokens: none
-
-
 @register_algorithm("ppo")
 class PPO(Algorithm):
     """PPO with a token-level critic, GAE and whitened advantages (see the module docstring)."""
@@ -162,7 +152,7 @@ class PPO(Algorithm):
                 f"ppo: values must be the critic's (B, T) token values "
                 f"{tuple(response_mask.shape)}, got {got}"
             )
-        token_rewards = _last_token_rewards(rewards, response_mask)
+        token_rewards = outcome_at_last_token(rewards, response_mask)
         if cfg.kl_in_reward:
             if token_kl is None or token_kl.shape != response_mask.shape:
                 raise ValueError("ppo: token_kl (B, T) is required when kl_in_reward=True")

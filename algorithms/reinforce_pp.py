@@ -35,7 +35,13 @@ from algorithms.base import (
     config_field,
     register_algorithm,
 )
-from algorithms.common import KLPenalty, group_mean_std, masked_whiten, outcome_to_tokens
+from algorithms.common import (
+    KLPenalty,
+    group_mean_std,
+    masked_whiten,
+    outcome_at_last_token,
+    outcome_to_tokens,
+)
 
 __all__ = [
     "ReinforcePP",
@@ -100,16 +106,6 @@ def reward_to_go(token_rewards: Tensor, response_mask: Tensor, gamma: float) -> 
         return torch.where(valid, out, zero)
 
 
-def _last_token(rewards: Tensor, response_mask: Tensor) -> Tensor:
-    """``(B, T)`` with ``rewards[i]`` on the last valid token of row ``i``, 0 elsewhere."""
-    valid = response_mask != 0
-    t = valid.shape[1]
-    last = (t - 1) - valid.flip(-1).to(torch.uint8).argmax(-1)  # (B,)
-    out = torch.zeros(valid.shape, dtype=rewards.dtype, device=rewards.device)
-    out.scatter_(1, last[:, None], rewards.detach()[:, None])
-    return torch.where(valid, out, torch.zeros_like(out))
-
-
 def _checked_kl(name: str, token_kl: Tensor | None, response_mask: Tensor) -> Tensor:
     if token_kl is None or token_kl.shape != response_mask.shape:
         got = None if token_kl is None else tuple(token_kl.shape)
@@ -155,7 +151,7 @@ class ReinforcePP(Algorithm):
         """
         cfg = self.config
         with torch.no_grad():
-            token_rewards = _last_token(rewards.detach(), response_mask)
+            token_rewards = outcome_at_last_token(rewards, response_mask)
             if cfg.kl_in_reward:
                 kl = _checked_kl(self.name, token_kl, response_mask).to(token_rewards.dtype)
                 token_rewards = token_rewards - cfg.kl_coef * kl

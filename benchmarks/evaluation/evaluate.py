@@ -34,6 +34,7 @@ import torch
 
 from benchmarks.engines.rollout import RolloutEngine
 from benchmarks.engines.torch_engine import TorchEngine
+from benchmarks.evaluation.estimators import avg_at_k, pass_at_k
 from benchmarks.evaluation.settings import (
     ARITH,
     DEFAULT_MAX_NEW_TOKENS,
@@ -43,7 +44,7 @@ from benchmarks.evaluation.settings import (
 from benchmarks.tasks.arith import ArithTask
 from benchmarks.tasks.base import Task, TaskProblem
 from benchmarks.tasks.dataset_task import GraderSet
-from benchmarks.tasks.grading import GradeResult, avg_at_k, extract_answer, pass_at_k
+from benchmarks.tasks.grading import GradeResult, extract_answer
 from benchmarks.telemetry import metrics as M
 from benchmarks.telemetry.metrics import avg_at_name, pass_at_name, pass_ks
 

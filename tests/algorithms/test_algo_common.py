@@ -10,15 +10,20 @@ import torch
 from algorithms.common import (
     LOSS_AGG_MODES,
     agg_loss,
+    clipped_ratio_loss,
     clipped_surrogate,
     explained_variance,
     group_mean_std,
+    importance_ratio,
     kl_penalty,
     masked_mean,
+    masked_policy_inputs,
     masked_var,
     masked_whiten,
+    outcome_at_last_token,
     outcome_to_tokens,
     to_floats,
+    zero_masked,
 )
 
 NAN = float("nan")
@@ -107,6 +112,23 @@ def test_agg_loss_unknown_mode_lists_modes():
         agg_loss(LOSS, MASK, "seq-mean")
 
 
+@pytest.mark.parametrize("mode", ["seq-mean-token-mean", "seq-mean-token-sum"])
+def test_agg_loss_of_one_loss_per_sequence(mode):
+    # rows 0 and 1 have tokens, row 2 none: its loss (NaN garbage) is left out -> (1 + 4) / 2
+    per_sequence = t([1.0, 4.0, NAN])
+    assert agg_loss(per_sequence, MASK, mode).item() == 2.5
+    assert agg_loss(per_sequence, torch.zeros_like(MASK), mode).item() == 0.0
+
+
+def test_agg_loss_token_mean_needs_per_token_losses():
+    with pytest.raises(
+        ValueError,
+        match=r"^loss_agg_mode='token-mean' needs per-token \(B, T\) losses, got one loss per "
+        r"sequence \(3,\)$",
+    ):
+        agg_loss(t([1.0, 4.0, 0.0]), MASK, "token-mean")
+
+
 # --- group statistics -----------------------------------------------------------------------
 
 
@@ -153,6 +175,13 @@ def test_group_mean_std_shape_error():
         group_mean_std(t([1.0, 2.0]), torch.tensor([1, 2, 3]))
 
 
+def test_outcome_at_last_token():
+    # the last valid token of each row, wherever the padding is; a row without tokens gets none
+    mask = torch.tensor([[1, 1, 0], [0, 1, 1], [1, 0, 1], [0, 0, 0]])
+    out = outcome_at_last_token(t([2.0, -1.0, 3.0, 5.0]), mask)
+    assert out.tolist() == [[0.0, 2.0, 0.0], [0.0, 0.0, -1.0], [0.0, 0.0, 3.0], [0.0, 0.0, 0.0]]
+
+
 def test_outcome_to_tokens():
     out = outcome_to_tokens(t([2.0, -1.0]), torch.tensor([[1, 1, 0], [0, 1, 1]]))
     assert out.tolist() == [[2.0, 2.0, 0.0], [0.0, -1.0, -1.0]]
@@ -182,6 +211,39 @@ LOGP = t([[math.log(1.25), math.log(4.0), math.log(0.5), NAN]])
 OLD = t([[0.0, 0.0, 0.0, NAN]])
 ADV = t([[1.0, -1.0, -1.0, NAN]])
 PAD = torch.tensor([[1, 1, 1, 0]])
+
+
+def test_zero_masked_and_masked_policy_inputs_drop_padding_garbage():
+    x = t([[1.0, NAN, float("inf")]]).requires_grad_(True)
+    mask = torch.tensor([[1, 0, 0]])
+    out = zero_masked(x, mask)
+    assert out.tolist() == [[1.0, 0.0, 0.0]]
+    out.sum().backward()
+    assert x.grad.tolist() == [[1.0, 0.0, 0.0]]  # exactly 0 behind the padding, not NaN
+    logp = LOGP.clone().requires_grad_(True)
+    old = OLD.clone().requires_grad_(True)
+    adv = ADV.clone().requires_grad_(True)
+    valid, lp, o, a = masked_policy_inputs(logp, old, adv, PAD)
+    assert valid.dtype == torch.bool and valid.tolist() == [[True, True, True, False]]
+    assert lp.requires_grad and not o.requires_grad and not a.requires_grad
+    assert lp.tolist()[0][3] == o.tolist()[0][3] == a.tolist()[0][3] == 0.0
+    assert a.tolist()[0][:3] == [1.0, -1.0, -1.0]
+
+
+def test_importance_ratio_clamps_the_log_ratio_at_20():
+    log_ratio, ratio = importance_ratio(t([[math.log(2.0), 100.0, -100.0]]), t([[0.0, 0.0, 0.0]]))
+    assert log_ratio.tolist()[0] == pytest.approx([math.log(2.0), 20.0, -20.0])
+    assert ratio.tolist()[0] == pytest.approx([2.0, math.exp(20.0), math.exp(-20.0)], rel=1e-6)
+
+
+def test_clipped_ratio_loss_hand():
+    # A=+1 r=1.25 -> max(-1.25, -1.2) = -1.2 clipped; A=-1 r=4 -> max(4, 1.2) = 4 unclipped;
+    # A=-1 r=0.5 -> max(0.5, 0.8) = 0.8 clipped; A=+1 r=1 -> -1 either way, not clipped
+    losses, clipped = clipped_ratio_loss(
+        t([[1.0, -1.0, -1.0, 1.0]]), t([[1.25, 4.0, 0.5, 1.0]]), 0.2, 0.2
+    )
+    assert losses.tolist()[0] == pytest.approx([-1.2, 4.0, 0.8, -1.0])
+    assert clipped.tolist() == [[True, False, True, False]]
 
 
 def test_clipped_surrogate_symmetric_clip_and_dual_clip():

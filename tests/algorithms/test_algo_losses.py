@@ -1,13 +1,17 @@
-"""Hand-computed policy and value losses of the built-in algorithms with their default configs."""
+"""Hand-computed policy and value losses of the built-in algorithms with their default configs,
+and the one policy loss every algorithm shares (check, surrogate, aggregate, KL)."""
 
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
 
-from algorithms import get_algorithm
+from algorithms import Algorithm, algorithm_class, get_algorithm, list_algorithms
+from algorithms.common import agg_loss, kl_penalty
+from algorithms.grpo import GRPO
 
 NAN = float("nan")
 # Four tokens: A=+1 ratio 1.25 | A=-1 ratio 4 | A=-1 ratio 0.5 | padding (NaN garbage).
@@ -81,6 +85,101 @@ def test_k1_kl_loss():
 def test_policy_loss_shape_mismatch():
     with pytest.raises(ValueError, match="advantages"):
         get_algorithm("ppo").policy_loss(LOGP, OLD, ADV[:, :3], MASK)
+
+
+# --- one policy loss: check -> surrogate -> aggregate -> KL ------------------------------------
+
+#: The built-ins whose objective is not PPO's clipped surrogate: each overrides only `surrogate`.
+OWN_SURROGATE = ["cispo", "gspo", "gmpo"]
+
+
+def test_no_builtin_writes_its_own_policy_loss():
+    for name in list_algorithms():
+        cls = algorithm_class(name)
+        if cls.__module__.startswith("algorithms."):
+            assert cls.policy_loss is Algorithm.policy_loss, name
+            assert (cls.surrogate is not Algorithm.surrogate) == (name in OWN_SURROGATE), name
+
+
+@pytest.mark.parametrize("name", OWN_SURROGATE)
+def test_own_surrogates_share_the_input_checks(name):
+    """A bad mask shape or a missing reference is refused before any surrogate runs, with the
+    base's message for every algorithm."""
+
+    def refusal(algo_name: str, **call) -> str:
+        with pytest.raises(ValueError) as info:
+            get_algorithm(algo_name, **call.pop("config", {})).policy_loss(**call)
+        return str(info.value)
+
+    bad_mask = dict(log_probs=LOGP, old_log_probs=OLD, advantages=ADV, response_mask=MASK[:, :3])
+    expected = (
+        "expected tensors of one (B, T) shape, got {'log_probs': (1, 4), 'old_log_probs': (1, 4), "
+        "'advantages': (1, 4), 'response_mask': (1, 3)}"
+    )
+    assert refusal("ppo", **bad_mask) == refusal(name, **bad_mask) == expected
+    one_d = dict(log_probs=LOGP[0], old_log_probs=OLD[0], advantages=ADV[0], response_mask=MASK[0])
+    assert refusal(name, **one_d) == refusal("ppo", **one_d)
+    no_ref = dict(
+        log_probs=LOGP,
+        old_log_probs=OLD,
+        advantages=ADV,
+        response_mask=MASK,
+        config=dict(kl_loss_coef=0.5),
+    )
+    assert refusal(name, **no_ref) == (
+        f"{name}: ref_log_probs is required when kl_loss_coef > 0 (kl_loss_coef=0.5)"
+    )
+    assert re.sub("^ppo", name, refusal("ppo", **no_ref)) == refusal(name, **no_ref)
+
+
+@pytest.mark.parametrize("name", OWN_SURROGATE)
+def test_own_surrogates_share_the_kl_term(name):
+    """The KL term is added after aggregation, the same for every surrogate: the loss with
+    ``kl_loss_coef = c`` is the loss without it plus ``c`` times the aggregated k3 KL."""
+    torch.manual_seed(0)
+    logp = -torch.rand(3, 5) * 2
+    old = logp + torch.randn(3, 5) * 0.3
+    adv = torch.randn(3, 5)
+    ref = logp + torch.randn(3, 5) * 0.5
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]])
+    plain, plain_metrics = get_algorithm(name).policy_loss(logp, old, adv, mask, ref)
+    with_kl, metrics = get_algorithm(name, kl_loss_coef=0.5).policy_loss(logp, old, adv, mask, ref)
+    mode = get_algorithm(name).config.loss_agg_mode
+    kl = kl_penalty(logp, ref, "k3")
+    assert with_kl.item() == pytest.approx(plain.item() + 0.5 * agg_loss(kl, mask, mode).item())
+    assert metrics["train/kl"] == plain_metrics["train/kl"]
+    assert metrics["train/kl"] == pytest.approx(kl[mask != 0].mean().item())
+    assert metrics["train/policy_loss"] == pytest.approx(with_kl.item())
+    assert list(metrics) == list(plain_metrics)
+    assert list(metrics)[-2:] == ["train/kl", "train/policy_loss"]
+
+
+class _Squared(GRPO):
+    """A user's algorithm that overrides only the surrogate: loss ``(logp - old)^2`` per token."""
+
+    def surrogate(self, log_probs, old_log_probs, advantages, response_mask):
+        valid = response_mask != 0
+        diff = torch.where(valid, log_probs - old_log_probs, torch.zeros(()))
+        return diff**2, {"sq_mean": (diff**2).sum() / valid.sum()}
+
+
+def test_a_surrogate_only_subclass_gets_checks_aggregation_and_kl():
+    logp = torch.tensor([[1.0, 2.0, 0.0], [3.0, 0.0, 0.0]])
+    old = torch.zeros(2, 3)
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    ref = logp.clone()
+    ref[0, 0] = 1.0 + math.log(2)  # k3 of ln 2 on one token: 2 - ln 2 - 1 = 0.306853
+    algo = _Squared(GRPO.Config(kl_loss_coef=0.1))  # seq-mean-token-mean
+    loss, metrics = algo.policy_loss(logp, old, torch.zeros(2, 3), mask, ref)
+    # per sequence: (1 + 4) / 2 = 2.5 and 9 -> 5.75; KL: (0.306853 / 2 + 0) / 2 = 0.0767132
+    assert loss.item() == pytest.approx(5.75 + 0.1 * 0.0767132, rel=1e-6)
+    assert metrics["train/sq_mean"] == pytest.approx(14 / 3)
+    assert metrics["train/kl"] == pytest.approx(0.306853 / 3, rel=1e-5)
+    assert list(metrics) == ["train/sq_mean", "train/kl", "train/policy_loss"]
+    with pytest.raises(ValueError, match=r"^grpo: ref_log_probs is required when kl_loss_coef > 0"):
+        algo.policy_loss(logp, old, torch.zeros(2, 3), mask)
+    with pytest.raises(ValueError, match=r"^expected tensors of one \(B, T\) shape"):
+        algo.policy_loss(logp, old, torch.zeros(2, 2), mask, ref)
 
 
 # --- value losses ---------------------------------------------------------------------------

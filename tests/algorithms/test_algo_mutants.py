@@ -43,11 +43,12 @@ from algorithms.common import (
     group_mean_std,
     kl_penalty,
     masked_var,
+    outcome_at_last_token,
     outcome_to_tokens,
 )
 from algorithms.dapo import DAPOConfig
 from algorithms.grpo import GRPOConfig
-from algorithms.ppo import _last_token_rewards, gae
+from algorithms.ppo import gae
 from algorithms.sppo import SPPO, SPPOConfig
 
 F64 = torch.float64
@@ -468,8 +469,8 @@ def test_dapo_filter_in_float64():
     assert keep.tolist() == [True, True, False, False]
 
 
-def test_last_token_rewards_in_float64():
-    out = _last_token_rewards(f64([0.1, 0.7]), torch.tensor([[1, 1, 0], [1, 0, 1]]))
+def test_outcome_at_last_token_in_float64():
+    out = outcome_at_last_token(f64([0.1, 0.7]), torch.tensor([[1, 1, 0], [1, 0, 1]]))
     assert out.dtype == F64
     assert out.tolist() == [[0.0, 0.1, 0.0], [0.0, 0.0, 0.7]]
 
@@ -531,7 +532,7 @@ META_CALLS = {
     "rloo.advantages": lambda: get_algorithm("rloo").advantages(
         _meta(3), _meta(3, 4, dtype=torch.bool), IDS_CPU
     ),
-    "ppo._last_token_rewards": lambda: _last_token_rewards(_meta(3), _meta(3, 4, dtype=torch.bool)),
+    "outcome_at_last_token": lambda: outcome_at_last_token(_meta(3), _meta(3, 4, dtype=torch.bool)),
     "ppo.gae": lambda: gae(_meta(3, 4), _meta(3, 4), _meta(3, 4, dtype=torch.bool), 1.0, 1.0),
 }
 

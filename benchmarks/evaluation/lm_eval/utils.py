@@ -26,8 +26,9 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from benchmarks.evaluation.estimators import pass_at_k
 from benchmarks.tasks.datasets import PROMPT_TEMPLATES, Problem, prompt_messages, render_prompt
-from benchmarks.tasks.grading import Grader, GraderKind, pass_at_k
+from benchmarks.tasks.grading import Grader, GraderKind
 
 __all__ = [
     "TEMPLATE_ENV",
