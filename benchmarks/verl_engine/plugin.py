@@ -12,7 +12,8 @@ registration itself), in the launcher *and* in every Ray worker. This module is 
   token (``verl/workers/utils/padding.py`` slices model outputs shifted left by one), so with a
   causal critic it depends on the prompt only: SPPO's prompt critic, read as a logit.
 * the estimator ``sppo_bench.<name>`` for every registry algorithm that verl has no built-in for,
-  and the policy loss ``sppo_bench.<name>`` for those that override ``policy_loss``: thin
+  and the policy loss ``sppo_bench.<name>`` for those with an objective of their own (they
+  override ``policy_loss`` or ``surrogate``): thin
   wrappers around ``algorithms.get_algorithm`` (configured from ``SPPO_BENCH_VERL_ALGORITHM``,
   set by :mod:`benchmarks.verl_engine.translate`), so a user's algorithm runs on verl without
   verl-specific code.
@@ -41,12 +42,12 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from algorithms import Algorithm, get_algorithm, list_algorithms
-from algorithms.base import Algorithm as _AlgorithmBase
 from benchmarks.verl_engine.translate import (
     ALGORITHM_ENV,
     BUILTIN,
     PLUGINS_ENV,
     SPPO_TRAINER_MODE,
+    has_own_policy_loss,
     wrapper_name,
 )
 
@@ -236,10 +237,6 @@ def _sppo_estimator_guard(*args: Any, **kwargs: Any) -> Any:
     )
 
 
-def _overrides(cls: type, method: str) -> bool:
-    return getattr(cls, method) is not getattr(_AlgorithmBase, method)
-
-
 def register_all() -> list[str]:
     """Register the wrappers for every registry algorithm verl has no built-in for; idempotent.
     Returns the estimator names registered by this call."""
@@ -257,7 +254,7 @@ def register_all() -> list[str]:
             continue
         core_algos.register_adv_est(key)(make_estimator(name))
         done.append(key)
-        if _overrides(algorithm_class(name), "policy_loss"):
+        if has_own_policy_loss(algorithm_class(name)):
             core_algos.register_policy_loss(key)(make_policy_loss(name))
     return done
 

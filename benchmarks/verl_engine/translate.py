@@ -28,7 +28,7 @@ sppo      the plugin trainer ``trainer.v1.trainer_mode=sppo`` (benchmarks.verl_e
 spo       refused: its per-prompt tracker is state carried across steps, and verl's estimators
           see each step's rows under fresh ids, never the prompt's identity or the last step
 other     ``algorithm.adv_estimator=sppo_bench.<name>`` (and a policy loss of the same name when
-          the algorithm overrides ``policy_loss``): registry wrappers, critic-free and stateless
+          the algorithm overrides ``policy_loss`` or ``surrogate``): registry wrappers, critic-free, stateless
 ========  =====================================================================================
 
 verl facts this relies on (verl 0.9.1): ``compute_policy_loss_vanilla`` *always* applies
@@ -59,6 +59,7 @@ __all__ = [
     "VERL_LOSS_MODES",
     "VerlPlan",
     "format_override",
+    "has_own_policy_loss",
     "translate",
     "wrapper_name",
 ]
@@ -148,6 +149,14 @@ def format_override(key: str, value: Any) -> str:
 
 def _overrides_method(alg: Algorithm, method: str) -> bool:
     return getattr(type(alg), method) is not getattr(_AlgorithmBase, method)
+
+
+def has_own_policy_loss(cls: type[Algorithm]) -> bool:
+    """Whether a registry algorithm's objective differs from the base's clipped surrogate (it
+    overrides ``policy_loss`` or only its ``surrogate``): verl then runs its loss through the
+    plugin's wrapper instead of the vanilla loss."""
+    base = _AlgorithmBase
+    return any(getattr(cls, m) is not getattr(base, m) for m in ("policy_loss", "surrogate"))
 
 
 def _algorithm_values(name: str, alg: Algorithm) -> dict[str, Any]:
@@ -252,7 +261,7 @@ def _algorithm_values(name: str, alg: Algorithm) -> dict[str, Any]:
     elif name not in BUILTIN:
         _check_wrappable(name, alg)
         v["algorithm.adv_estimator"] = wrapper_name(name)
-        if _overrides_method(alg, "policy_loss"):
+        if has_own_policy_loss(type(alg)):
             v[f"{actor}.policy_loss.loss_mode"] = wrapper_name(name)
     return v
 

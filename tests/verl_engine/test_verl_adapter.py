@@ -273,3 +273,37 @@ def test_installed_package_declares_the_entry_point():
             "installed sppo-bench metadata predates the entry point: reinstall the project"
         )
     assert eps[0].name == "sppo_bench"
+
+
+def test_an_algorithm_with_its_own_surrogate_runs_its_loss_on_verl():
+    """A registered algorithm that overrides only ``surrogate`` (the seam a new objective uses)
+    gets the plugin's policy-loss wrapper, not verl's vanilla loss; one that changes nothing of
+    the loss keeps verl's."""
+    from dataclasses import replace
+
+    from algorithms import register_algorithm
+    from algorithms.base import _restore_registry
+    from algorithms.grpo import GRPO
+    from benchmarks.verl_engine.translate import has_own_policy_loss, wrapper_name
+
+    with _restore_registry():
+
+        @register_algorithm("my_surrogate")
+        class Mine(GRPO):
+            def surrogate(self, log_probs, old_log_probs, advantages, response_mask):
+                return super().surrogate(log_probs, old_log_probs, 2 * advantages, response_mask)
+
+        @register_algorithm("my_plain")
+        class Plain(GRPO):
+            pass
+
+        assert has_own_policy_loss(Mine) and not has_own_policy_loss(Plain)
+        _, plan = _suite("algorithm=[grpo]", "task=arith")
+        for name, alg, expected in (
+            ("my_surrogate", Mine(), wrapper_name("my_surrogate")),
+            ("my_plain", Plain(), "vanilla"),
+        ):
+            p = replace(plan, algorithms={name: alg}, trainer={name: plan.trainer["grpo"]})
+            overrides = _translate(p, name).overrides
+            modes = [o for o in overrides if "policy_loss.loss_mode=" in o]
+            assert modes and all(o.endswith(f"={expected}") for o in modes), modes
