@@ -1,9 +1,9 @@
 """Composing the Hydra config tree ``benchmarks/conf`` from code (CLI, tests, sweeps, notebooks).
 
 The tree's ``trainer`` node starts from :class:`~benchmarks.training.config.TrainerConfig`'s
-field defaults, registered in Hydra's ConfigStore as ``trainer_defaults`` (config.yaml's defaults
-list takes it before its own values), so each default is declared once, beside its help and
-bounds; the YAML files only override it.
+field defaults, registered in Hydra's ConfigStore as ``sppo_bench_trainer_defaults`` (config.yaml's
+defaults list takes it before its own values), so each default is declared once, beside its help
+and bounds; the YAML files only override it.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ __all__ = ["CONF_DIR", "TRAINER_DEFAULTS", "compose_config"]
 
 CONF_DIR = Path(__file__).parent / "conf"
 #: The ConfigStore entry holding the ``trainer`` node's defaults (named in config.yaml).
-TRAINER_DEFAULTS = "trainer_defaults"
+TRAINER_DEFAULTS = "sppo_bench_trainer_defaults"
 
 
 def _register_trainer_defaults() -> None:

@@ -1,6 +1,6 @@
 """``TrainerConfig``'s fields are the one home of the ``trainer`` node's defaults: Hydra composes
-the node from them (the ConfigStore entry ``trainer_defaults``) and config.yaml only overrides, so
-a trainer built in code and a plain ``sppo-bench run`` cannot disagree."""
+the node from them (the ConfigStore entry ``sppo_bench_trainer_defaults``) and config.yaml only
+overrides, so a trainer built in code and a plain ``sppo-bench run`` cannot disagree."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from algorithms import ConfigError
-from benchmarks.config import CONF_DIR, compose_config
+from benchmarks.config import CONF_DIR, TRAINER_DEFAULTS, compose_config
 from benchmarks.suite.plan import validate
 from benchmarks.training.config import PER_ALGORITHM, TrainerConfig, trainer_defaults
 
@@ -27,7 +27,7 @@ def test_the_yaml_only_overrides():
     # config.yaml's trainer node holds no copy of a default, only what differs from the field's
     node = yaml.safe_load((CONF_DIR / "config.yaml").read_text())["trainer"]
     assert node == {"max_new_tokens": "${task.max_new_tokens}"}
-    assert "trainer_defaults" in yaml.safe_load((CONF_DIR / "config.yaml").read_text())["defaults"]
+    assert TRAINER_DEFAULTS in yaml.safe_load((CONF_DIR / "config.yaml").read_text())["defaults"]
 
 
 def test_defaults_are_those_of_a_plain_run():
