@@ -50,6 +50,7 @@ __all__ = [
     "GroupConfig",
     "UnknownAlgorithmError",
     "algorithm_class",
+    "check_type",
     "config_field",
     "get_algorithm",
     "list_algorithms",
@@ -129,8 +130,11 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
 
-def _coerce(owner: str, name: str, value: Any, tp: Any) -> Any:
-    """Check ``value`` against the annotation ``tp``; return it (ints widened to float)."""
+def check_type(owner: str, name: str, value: Any, tp: Any) -> Any:
+    """Check ``value`` against the annotation ``tp``; return it (ints widened to float).
+
+    Raises :class:`ConfigError` naming ``<owner>.<name>`` and the type it expects.
+    """
     origin = get_origin(tp)
     if origin is Union or origin is types.UnionType:
         args = get_args(tp)
@@ -138,7 +142,7 @@ def _coerce(owner: str, name: str, value: Any, tp: Any) -> Any:
             return None
         for arg in (a for a in args if a is not type(None)):
             try:
-                return _coerce(owner, name, value, arg)
+                return check_type(owner, name, value, arg)
             except ConfigError:
                 continue
         raise ConfigError(f"{owner}.{name}={value!r} is invalid: expected {_type_name(tp)}")
@@ -209,7 +213,7 @@ class AlgorithmConfig:
                 raise TypeError(
                     f"{owner}.{f.name} has no help string: declare it with config_field"
                 )
-            value = _coerce(owner, f.name, getattr(self, f.name), hints[f.name])
+            value = check_type(owner, f.name, getattr(self, f.name), hints[f.name])
             object.__setattr__(self, f.name, value)
             if value is None or isinstance(value, bool) or not isinstance(value, int | float):
                 continue

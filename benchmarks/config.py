@@ -1,4 +1,10 @@
-"""Composing the Hydra config tree ``benchmarks/conf`` from code (CLI, tests, sweeps, notebooks)."""
+"""Composing the Hydra config tree ``benchmarks/conf`` from code (CLI, tests, sweeps, notebooks).
+
+The tree's ``trainer`` node starts from :class:`~benchmarks.training.config.TrainerConfig`'s
+field defaults, registered in Hydra's ConfigStore as ``sppo_bench_trainer_defaults`` (config.yaml's
+defaults list takes it before its own values), so each default is declared once, beside its help
+and bounds; the YAML files only override it.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +13,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CONF_DIR", "compose_config"]
+__all__ = ["CONF_DIR", "TRAINER_DEFAULTS", "compose_config"]
 
 CONF_DIR = Path(__file__).parent / "conf"
+#: The ConfigStore entry holding the ``trainer`` node's defaults (named in config.yaml).
+TRAINER_DEFAULTS = "sppo_bench_trainer_defaults"
+
+
+def _register_trainer_defaults() -> None:
+    from hydra.core.config_store import ConfigStore
+
+    from benchmarks.training.config import trainer_defaults
+
+    ConfigStore.instance().store(name=TRAINER_DEFAULTS, node={"trainer": trainer_defaults()})
 
 
 def _register_resolvers() -> None:
@@ -97,6 +113,7 @@ def compose_config(overrides: Sequence[str] = ()) -> Any:
     from omegaconf import OmegaConf
 
     _register_resolvers()
+    _register_trainer_defaults()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         try:
             cfg = compose("config", overrides=[x for o in overrides for x in _expand(o)])

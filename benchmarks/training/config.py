@@ -1,28 +1,32 @@
 """``TrainerConfig``: the settings every algorithm of a suite shares (the ``trainer`` config node).
 
-Its defaults have one home, the ``trainer`` node of ``benchmarks/conf/config.yaml``: that is
-where a user reads them and overrides them (``sppo-bench run trainer.grad_clip=0.5``), and where
-a suite, a sweep or a verl translation gets every value from. The dataclass holds no default of
-its own that could drift from it: a field left out of ``TrainerConfig(...)`` (tests, the bench
-build one from a few fields) takes the value a plain ``sppo-bench run`` composes, read once per
-process. The learning rates are per algorithm (``algorithm/<name>.yaml``), so they are not in
-that node; the suite passes them. ``__post_init__`` rejects bad values naming the
-``trainer.<field>``.
+Each field is declared once, here, with its default, its help string and its bounds
+(:func:`algorithms.base.config_field`, as an algorithm's hyper-parameters are). Hydra composes
+the ``trainer`` node from these defaults (:func:`trainer_defaults`, registered by
+:func:`benchmarks.config.compose_config`), and ``benchmarks/conf/config.yaml`` and the suites
+only override them (``max_new_tokens`` follows the task's). The learning rates are per algorithm
+(``algorithm/<name>.yaml``), so they are not in that node; the suite passes them.
+``__post_init__`` checks every value's type and bounds, then the rules that tie fields together;
+each error names the ``trainer.<field>`` and what it allows.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
-from dataclasses import dataclass, field
-from typing import Any
+import operator
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, get_args, get_type_hints
 
 from algorithms import ConfigError
+from algorithms.base import check_type, config_field
 from benchmarks.training.critic_model import check_critic_model
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CRITIC_HEAD_INITS", "TrainerConfig", "trainer_defaults"]
+__all__ = ["CRITIC_HEAD_INITS", "PER_ALGORITHM", "TrainerConfig", "trainer_defaults"]
 
 #: ``trainer.critic_head_init``. zero: verl's zero head (a prompt critic starts at p = 0.5, a
 #: token critic at V = 0); start_success: the bias set, before the first critic forward, to the
@@ -30,131 +34,195 @@ __all__ = ["CRITIC_HEAD_INITS", "TrainerConfig", "trainer_defaults"]
 #: token critic, so the critic starts at the constant predictor's optimum instead of learning it.
 CRITIC_HEAD_INITS = ("zero", "start_success")
 
+#: Fields set per algorithm (``algorithm.<name>.actor_lr`` / ``critic_lr``), not in ``trainer``.
+PER_ALGORITHM = ("actor_lr", "critic_lr")
 
-@functools.cache
-def trainer_defaults() -> dict[str, Any]:
-    """The ``trainer`` node of the config a plain ``sppo-bench run`` composes, resolved
-    (``max_new_tokens`` follows the default task's)."""
-    from omegaconf import OmegaConf
-
-    from benchmarks.config import compose_config
-
-    return OmegaConf.to_container(compose_config().trainer, resolve=True)  # type: ignore[return-value]
-
-
-def _yaml(key: str) -> Any:
-    """A field whose default is ``trainer.<key>`` of the default config."""
-    return field(default_factory=lambda: trainer_defaults()[key])
+_NULL_CRITIC = "null: the critic steps with the actor, on its mini-batches and epochs"
 
 
 @dataclass(frozen=True)
 class TrainerConfig:
-    """Settings shared by every algorithm of a suite (the ``trainer`` config node; the comments
-    on each default are in config.yaml)."""
+    """Settings shared by every algorithm of a suite (the ``trainer`` config node)."""
 
-    samples_per_step: int = _yaml("samples_per_step")
-    #: ``algorithm.<name>.actor_lr``, which every algorithm's YAML sets; this default serves
-    #: code that builds a trainer without an algorithm node.
-    actor_lr: float = 1e-4
-    #: ``algorithm.<name>.critic_lr``; None: the algorithm's own (paper) default.
-    critic_lr: float | None = None
-    weight_decay: float = _yaml("weight_decay")
-    grad_clip: float = _yaml("grad_clip")
-    mini_batches: int = _yaml("mini_batches")
-    temperature: float = _yaml("temperature")
-    top_p: float = _yaml("top_p")
-    max_new_tokens: int = _yaml("max_new_tokens")
-    eval_batch_size: int = _yaml("eval_batch_size")
-    length_buckets: int = _yaml("length_buckets")
-    eval_samples_logged: int = _yaml("eval_samples_logged")
-    max_consecutive_skips: int = _yaml("max_consecutive_skips")
-    checkpoint_every: int = _yaml("checkpoint_every")
-    eval_k: int = _yaml("eval_k")
-    eval_k_every_checkpoint: bool = _yaml("eval_k_every_checkpoint")
-    eval_k_problems: int | None = _yaml("eval_k_problems")
-    eval_temperature: float = _yaml("eval_temperature")
-    calibration_prompts: int = _yaml("calibration_prompts")
-    calibration_samples: int = _yaml("calibration_samples")
-    calibration_every_eval: bool = _yaml("calibration_every_eval")
-    memory_profile_step: int = _yaml("memory_profile_step")
-    critic_warmup_steps: int | None = _yaml("critic_warmup_steps")
-    critic_mini_batches: int | None = _yaml("critic_mini_batches")
-    critic_epochs: int | None = _yaml("critic_epochs")
-    critic_head_init: str = _yaml("critic_head_init")
-    #: None (the policy's copy), an HF id or directory, or a mapping of tiny-Llama fields
-    #: (benchmarks/training/critic_model.py).
-    critic_model: Any = _yaml("critic_model")
+    samples_per_step: int = config_field(
+        64, "Sampled responses per optimizer step, for every algorithm.", ge=1
+    )
+    actor_lr: float = config_field(
+        1e-4,
+        "The policy's learning rate: algorithm.<name>.actor_lr, which every algorithm's YAML "
+        "sets; this default serves code that builds a trainer without an algorithm node.",
+        gt=0,
+    )
+    critic_lr: float | None = config_field(
+        None,
+        "The critic's learning rate: algorithm.<name>.critic_lr; null: the algorithm's own "
+        "(paper) default.",
+        gt=0,
+    )
+    weight_decay: float = config_field(
+        0.0, "AdamW weight decay of the policy and the critic.", ge=0
+    )
+    grad_clip: float = config_field(
+        1.0, "Gradient-norm clip of each policy and critic optimizer step.", gt=0
+    )
+    mini_batches: int = config_field(
+        1, "Optimizer steps per PPO epoch; divides samples_per_step.", ge=1
+    )
+    temperature: float = config_field(1.0, "Sampling temperature of the rollouts.", ge=0, le=10)
+    top_p: float = config_field(1.0, "Nucleus-sampling mass of the rollouts.", gt=0, le=1)
+    max_new_tokens: int = config_field(
+        30,
+        "Longest response in tokens; config.yaml sets it to the task's task.max_new_tokens "
+        "(this default is the default task's).",
+        ge=1,
+    )
+    eval_batch_size: int = config_field(512, "Prompts per batch of the evaluations.", ge=1)
+    length_buckets: int = config_field(
+        4,
+        "Teacher-forced passes group rows by response length into this many (less padding).",
+        ge=1,
+    )
+    eval_samples_logged: int = config_field(64, "Rows of the eval-sample table artifact.", ge=0)
+    max_consecutive_skips: int = config_field(
+        5, "Non-finite steps in a row before the run fails.", ge=1
+    )
+    checkpoint_every: int = config_field(
+        10, "Steps between checkpoints, in <output_dir>/checkpoints; 0: none.", ge=0
+    )
+    eval_k: int = config_field(
+        0, "k > 0: also avg@k and pass@k (k samples per problem) at the final eval.", ge=0
+    )
+    eval_k_every_checkpoint: bool = config_field(
+        False,
+        "avg@k and pass@k at every eval point (budget.eval_fractions), not only the final one.",
+    )
+    eval_k_problems: int | None = config_field(
+        200, "Held-out problems of the avg@k / pass@k eval; null: all.", ge=1
+    )
+    eval_temperature: float = config_field(
+        0.6, "Sampling temperature of the avg@k / pass@k eval.", ge=0, le=10
+    )
+    calibration_prompts: int = config_field(
+        100,
+        "Held-out prompts critics are scored on (predicted vs empirical success over "
+        "calibration_samples each).",
+        ge=0,
+    )
+    calibration_samples: int = config_field(
+        8, "Samples per calibration prompt for its empirical success.", ge=1
+    )
+    calibration_every_eval: bool = config_field(
+        True,
+        "Critics' held-out calibration metrics (critic/calibration_*, ...) at every eval point; "
+        "false: at the final eval only.",
+    )
+    memory_profile_step: int = config_field(
+        1,
+        "Step whose phases are profiled for memory/peak_tensor_bytes (-1: none), counted after "
+        "any critic warm-up; not 0, whose update also creates the optimizers' states.",
+        ge=-1,
+    )
+    # The critic settings serve SPPO's prompt critic and PPO's token critic alike; algorithms
+    # without a critic ignore them. An algorithm's own values (algorithm.<name>.critic, its tuned
+    # defaults) take their place for that algorithm.
+    critic_warmup_steps: int | None = config_field(
+        None,
+        "Steps that train only the critic on the starting policy's rollouts (counted in every "
+        "budget axis); null: the algorithm's own, e.g. algorithm.ppo.params.critic_warmup_steps.",
+        ge=0,
+    )
+    critic_mini_batches: int | None = config_field(
+        None, f"Critic optimizer steps per critic epoch; {_NULL_CRITIC}.", ge=1
+    )
+    critic_epochs: int | None = config_field(
+        None, f"Critic passes over each batch; {_NULL_CRITIC} (the algorithm's ppo_epochs).", ge=1
+    )
+    critic_head_init: str = config_field(
+        "zero",
+        f"The critic head's start, one of {list(CRITIC_HEAD_INITS)}: zero (verl's) or "
+        "start_success (its bias at the first batch's mean success).",
+    )
+    critic_model: Any = config_field(
+        None,
+        "The critic's model: null (a copy of the policy's start), a mapping of tiny-Llama fields "
+        "such as {hidden_size: 64} (warm-started and cached like the policy), or an HF id or "
+        "directory (benchmarks/training/critic_model.py).",
+    )
 
     def __post_init__(self) -> None:
-        for name in (
-            "samples_per_step",
-            "mini_batches",
-            "max_new_tokens",
-            "eval_batch_size",
-            "length_buckets",
-            "max_consecutive_skips",
-            "calibration_samples",
-        ):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"trainer.{name}={getattr(self, name)} must be >= 1")
-        if self.checkpoint_every < 0:
-            raise ConfigError(f"trainer.checkpoint_every={self.checkpoint_every} must be >= 0")
-        if self.samples_per_step % self.mini_batches:
-            raise ConfigError(
-                f"trainer.mini_batches={self.mini_batches} must divide "
-                f"trainer.samples_per_step={self.samples_per_step}"
-            )
-        for name in ("eval_k", "eval_samples_logged", "calibration_prompts"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"trainer.{name}={getattr(self, name)} must be >= 0")
-        if not self.grad_clip > 0:
-            raise ConfigError(f"trainer.grad_clip={self.grad_clip} must be > 0")
-        if not self.weight_decay >= 0:
-            raise ConfigError(f"trainer.weight_decay={self.weight_decay} must be >= 0")
-        if self.eval_k_problems is not None and self.eval_k_problems < 1:
-            raise ConfigError(
-                f"trainer.eval_k_problems={self.eval_k_problems} must be >= 1 or null"
-            )
-        if not 0.0 <= self.eval_temperature <= 10.0:
-            raise ConfigError(
-                f"trainer.eval_temperature={self.eval_temperature} must be in [0, 10]"
-            )
-        if not self.actor_lr > 0:
-            raise ConfigError(f"trainer.actor_lr={self.actor_lr} must be > 0")
-        if self.critic_lr is not None and not self.critic_lr > 0:
-            raise ConfigError(f"trainer.critic_lr={self.critic_lr} must be > 0 or null")
-        if self.memory_profile_step < -1:
-            raise ConfigError(
-                f"trainer.memory_profile_step={self.memory_profile_step} must be a step >= 0, "
-                "or -1 (no profiled step)"
-            )
-        if self.critic_warmup_steps is not None and self.critic_warmup_steps < 0:
-            raise ConfigError(
-                f"trainer.critic_warmup_steps={self.critic_warmup_steps} must be >= 0 or null "
-                "(null: the algorithm's own, e.g. algorithm.ppo.params.critic_warmup_steps)"
-            )
-        for name in ("critic_mini_batches", "critic_epochs"):
+        hints = _hints()
+        for f in dataclasses.fields(self):
+            given, tp = getattr(self, f.name), hints[f.name]
+            if tp is not Any:  # critic_model: check_critic_model below
+                object.__setattr__(self, f.name, check_type("trainer", f.name, given, tp))
+            _check_bounds(f, given, getattr(self, f.name), type(None) in get_args(tp))
+        for name in ("mini_batches", "critic_mini_batches"):
             v = getattr(self, name)
-            if v is not None and v < 1:
+            if v is not None and self.samples_per_step % v:
                 raise ConfigError(
-                    f"trainer.{name}={v} must be >= 1 or null (null: the critic steps with the "
-                    "actor, on its mini-batches and epochs)"
+                    f"trainer.{name}={v} must divide trainer.samples_per_step="
+                    f"{self.samples_per_step}"
                 )
-        if (
-            self.critic_mini_batches is not None
-            and self.samples_per_step % self.critic_mini_batches
-        ):
-            raise ConfigError(
-                f"trainer.critic_mini_batches={self.critic_mini_batches} must divide "
-                f"trainer.samples_per_step={self.samples_per_step}"
-            )
         if self.critic_head_init not in CRITIC_HEAD_INITS:
             raise ConfigError(
                 f"trainer.critic_head_init={self.critic_head_init!r}: allowed "
                 f"{list(CRITIC_HEAD_INITS)}"
             )
         check_critic_model(self.critic_model)
-        if not 0.0 <= self.temperature <= 10.0:
-            raise ConfigError(f"trainer.temperature={self.temperature} must be in [0, 10]")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ConfigError(f"trainer.top_p={self.top_p} must be in (0, 1]")
+
+    def check_algorithm(self, name: str, samples_per_prompt: int) -> None:
+        """Raise ``ConfigError`` unless ``samples_per_step`` holds whole groups of algorithm
+        ``name``'s ``samples_per_prompt``."""
+        if self.samples_per_step % samples_per_prompt:
+            raise ConfigError(
+                f"trainer.samples_per_step={self.samples_per_step} must be a multiple of "
+                f"{name}'s samples per prompt ({samples_per_prompt})"
+            )
+
+    @classmethod
+    def field_help(cls) -> dict[str, str]:
+        """``{field: help string}`` in declaration order, for CLI help and docs."""
+        return {f.name: f.metadata["help"] for f in dataclasses.fields(cls)}
+
+
+@functools.cache
+def _hints() -> dict[str, Any]:
+    return get_type_hints(TrainerConfig)
+
+
+_HOLDS = {"ge": operator.ge, "gt": operator.gt, "le": operator.le, "lt": operator.lt}
+_SYMBOLS = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
+
+
+def _allowed(bounds: Mapping[str, Any], nullable: bool) -> str:
+    """The declared bounds as a reader writes them: ``>= 1``, ``in (0, 1]``, ``... or null``."""
+    low = next((k for k in ("ge", "gt") if k in bounds), None)
+    high = next((k for k in ("le", "lt") if k in bounds), None)
+    if low and high:
+        text = (
+            f"in {'[' if low == 'ge' else '('}{bounds[low]:g}, "
+            f"{bounds[high]:g}{']' if high == 'le' else ')'}"
+        )
+    else:
+        key = low or high
+        text = f"{_SYMBOLS[key]} {bounds[key]:g}"  # type: ignore[index]
+    return f"{text} or null" if nullable else text
+
+
+def _check_bounds(f: dataclasses.Field, given: Any, value: Any, nullable: bool) -> None:
+    """Raise ``ConfigError`` if the number ``value`` breaks ``f``'s declared bounds, naming the
+    field, the value as given, the allowed range and the field's help."""
+    if value is None or isinstance(value, bool) or not isinstance(value, int | float):
+        return
+    m = f.metadata
+    if all(holds(value, m[key]) for key, holds in _HOLDS.items() if key in m):
+        return
+    raise ConfigError(f"trainer.{f.name}={given!r} must be {_allowed(m, nullable)}. {m['help']}")
+
+
+def trainer_defaults() -> dict[str, Any]:
+    """The ``trainer`` config node's defaults: every field but the per-algorithm learning rates,
+    in declaration order (what Hydra composes before config.yaml and the suite override it)."""
+    return {
+        f.name: f.default for f in dataclasses.fields(TrainerConfig) if f.name not in PER_ALGORITHM
+    }

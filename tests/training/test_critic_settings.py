@@ -286,7 +286,7 @@ def test_critic_schedule_counts_its_steps_and_keeps_the_actors(setup):
             {"critic_head_init": "ones"},
             r"trainer.critic_head_init='ones': allowed \['zero', 'start_success'\]",
         ),
-        ({"memory_profile_step": -2}, "trainer.memory_profile_step=-2 must be a step >= 0, or -1"),
+        ({"memory_profile_step": -2}, "trainer.memory_profile_step=-2 must be >= -1. Step"),
     ],
 )
 def test_bad_values_name_the_key(kw, msg):
