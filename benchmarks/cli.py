@@ -189,23 +189,32 @@ def _print_result(result) -> None:
 
 
 def _cmd_algorithms() -> int:
+    """Every registered algorithm's hyper-parameters, then the settings every algorithm shares
+    (``trainer.*``), each field with its default and help: the one place a user reads them."""
     import dataclasses
 
     from rich.console import Console
     from rich.table import Table
 
     from algorithms import algorithm_class, list_algorithms
+    from benchmarks.training.config import PER_ALGORITHM, TrainerConfig
+
+    def fields_table(title: str, config: type, skip: tuple[str, ...] = ()) -> Table:
+        table = Table(title=title, title_justify="left")
+        for col in ("field", "default", "help"):
+            table.add_column(col)
+        for f in dataclasses.fields(config):
+            if f.name not in skip:
+                default = f.default if f.default is not dataclasses.MISSING else "-"
+                table.add_row(f.name, repr(default), f.metadata.get("help", ""))
+        return table
 
     console = Console()
     for name in list_algorithms():
         cls = algorithm_class(name)
-        table = Table(title=f"{name} (critic: {cls.critic})", title_justify="left")
-        for col in ("field", "default", "help"):
-            table.add_column(col)
-        for f in dataclasses.fields(cls.Config):
-            default = f.default if f.default is not dataclasses.MISSING else "-"
-            table.add_row(f.name, repr(default), f.metadata.get("help", ""))
-        console.print(table)
+        console.print(fields_table(f"{name} (critic: {cls.critic})", cls.Config))
+    title = "trainer (shared by every algorithm: trainer.<field>=value)"
+    console.print(fields_table(title, TrainerConfig, skip=PER_ALGORITHM))
     return 0
 
 

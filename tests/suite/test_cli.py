@@ -56,6 +56,10 @@ def test_algorithms_lists_every_field_with_help(capsys):
     for name in ("sppo", "ppo", "grpo", "dapo", "rloo", "remax"):
         assert f"{name} (critic:" in out
     assert "clip_ratio_c" in out and "overlong_buffer" in out
+    # the shared trainer settings too, without the per-algorithm learning rates
+    trainer = out[out.index("trainer (shared by every algorithm") :]
+    assert "samples_per_step" in trainer and "critic_head_init" in trainer
+    assert "actor_lr" not in trainer
 
 
 def test_console_script_is_installed():
