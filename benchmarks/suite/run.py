@@ -195,7 +195,8 @@ def _validated(cfg: Any) -> SuitePlan:
 
 def _jobs(plan: SuitePlan, on_eval: Callable | None) -> int:
     """Worker processes for this suite (``jobs``); 1 where the runs must share this process."""
-    from benchmarks.suite.jobs import parallel_blocker, resolve_jobs
+    from benchmarks.suite.jobs import resolve_jobs
+    from benchmarks.suite.workers import parallel_blocker
 
     jobs = resolve_jobs(plan.jobs, len(plan.seeds) * len(plan.algorithms))
     if jobs > 1:

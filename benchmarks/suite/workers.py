@@ -21,15 +21,19 @@ import logging
 import logging.handlers
 import multiprocessing as mp
 import os
+import pickle
 import queue as queue_mod
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from benchmarks.suite.plan import SuitePlan
 
 log = logging.getLogger(__name__)
 
-__all__ = ["WorkerError", "run_parallel"]
+__all__ = ["WorkerError", "parallel_blocker", "run_parallel"]
 
 #: Per-worker state set by :func:`_init_worker`.
 _W: dict[str, Any] = {}
@@ -168,6 +172,28 @@ def _run(name: str, seed: int, shared: dict) -> Any:
 
 
 # ----------------------------------------------------------------------------- parent side
+
+
+def parallel_blocker(plan: SuitePlan, *, on_eval: bool) -> str | None:
+    """Why this suite must run in one process, or None when workers can run it."""
+    if on_eval:
+        return "an on_eval callback (a sweep trial) is called in this process"
+    if plan.model.real:
+        return "a real checkpoint is loaded once and shared"
+    if plan.device != "cpu":
+        return f"engine.device={plan.device} (one accelerator)"
+    rollout = str(plan.engine.get("rollout", "torch"))
+    if rollout != "torch":
+        return f"engine.rollout={rollout}"
+    for name, alg in plan.algorithms.items():
+        module = type(alg).__module__
+        if module == "__main__":
+            return f"algorithm {name!r} is defined in __main__, which a worker cannot import"
+        try:
+            pickle.dumps(alg)
+        except Exception as e:  # a local class, a lambda in its config, ...
+            return f"algorithm {name!r} cannot be sent to a worker ({type(e).__name__}: {e})"
+    return None
 
 
 def _drain(q: Any, bar: Any, bar_ids: dict[str, Any]) -> None:
