@@ -20,7 +20,7 @@ def usable_cpus() -> int:
 
 
 #: Memory a worker needs, for ``jobs=auto``: its resident set on the default suite is ~0.8 GB,
-#: mostly torch's and transformers' pages.
+#: mostly torch's and transformers' pages (docs/memory.md).
 WORKER_BYTES = 1 << 30
 
 
