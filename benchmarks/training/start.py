@@ -56,10 +56,10 @@ class StartRecipe:
     #: The runs' torch threads (``threads``): a critic model is built inside a run, with them.
     run_threads: int
     #: ``model.dtype``: a real critic checkpoint is loaded in it.
-    dtype: str = "float32"
+    dtype: str
     #: The sampling the start's difficulty is measured with (the trainer's).
-    temperature: float = 1.0
-    top_p: float = 1.0
+    temperature: float
+    top_p: float
 
     def warm_starts(self, task: Task) -> bool:
         """Whether a tiny model on ``task`` is warm-started: ``warmstart.enabled``, and a task

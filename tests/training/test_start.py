@@ -21,6 +21,9 @@ def _recipe(**warmstart) -> StartRecipe:
         model_node={"hidden_size": 16},
         cache_dir=None,
         run_threads=1,
+        dtype="float32",
+        temperature=1.0,
+        top_p=1.0,
     )
 
 
