@@ -729,9 +729,9 @@ def _prewarm(cfg: Any) -> None:
         import torch
 
         from benchmarks.suite.plan import validate
-        from benchmarks.suite.run_one import load_start_model
         from benchmarks.tasks.base import CharTask
         from benchmarks.training.modeling import build_char_tokenizer
+        from benchmarks.training.start import policy_start
 
         if cfg.model.name_or_path is not None or not cfg.warmstart.enabled:
             return
@@ -741,7 +741,7 @@ def _prewarm(cfg: Any) -> None:
                 return
             torch.set_num_threads(int(cfg.threads))  # as a trial would (threads per worker)
             tokenizer = build_char_tokenizer(plan.task.alphabet)
-            load_start_model(plan, int(cfg.seed), plan.task, tokenizer)
+            policy_start(plan.start_recipe, plan.seeds[0], plan.task, tokenizer)
         finally:
             plan.task.close()
     except Exception as e:

@@ -1,8 +1,10 @@
-"""The packages' import graph has no cycle and no private name crosses a module boundary.
+"""The packages' import graph has no cycle, runs only down the layers, and no private name
+crosses a module boundary.
 
-A cycle means a shared piece lives in the wrong module (above one of its users); a function-local
-import that dodges it still counts, since it still runs. Only ``if TYPE_CHECKING:`` imports are
-left out: they never run. Read from the source with ``ast``, so nothing is imported.
+A cycle, or an import from a lower layer up to a higher one, means a shared piece lives in the
+wrong module (above one of its users). Every import counts: a function-local one still runs, and
+an ``if TYPE_CHECKING:`` one still ties the two modules together for whoever reads or moves
+them. Read from the source with ``ast``, so nothing is imported.
 """
 
 from __future__ import annotations
@@ -14,6 +16,34 @@ from testkit.paths import REPO
 
 PACKAGES = ("algorithms", "benchmarks", "sweeps", "analysis")
 
+#: The project's layers, lowest first. A module imports from its own package and from the layers
+#: below; packages that share a layer do not import each other.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    # pure tensor functions and their configs: they know no model, file or harness
+    ("algorithms",),
+    # services every layer uses: metric names, meter, tracking and store checks; fault
+    # injection; composing the Hydra config tree
+    ("benchmarks.telemetry", "benchmarks.faults", "benchmarks.config"),
+    # what a model learns and how an answer is graded; analysis reads finished runs from MLflow
+    ("benchmarks.tasks", "analysis"),
+    # generating and scoring a policy's tokens
+    ("benchmarks.engines",),
+    # a model's accuracy on tasks, through an engine
+    ("benchmarks.evaluation",),
+    # models and their warm starts, the trainer, its checkpoints
+    ("benchmarks.training",),
+    # a validated suite of runs over the trainer; the engines' and trainer's speed benchmarks
+    ("benchmarks.suite", "benchmarks.bench"),
+    # a suite's plan translated for verl
+    ("benchmarks.verl_engine",),
+    # hyper-parameter sweeps: suites as Optuna trials
+    ("sweeps",),
+    # the command line over all of them
+    ("benchmarks.cli",),
+)
+#: Packages whose ``__init__`` only names them (it imports nothing), below every layer.
+ROOTS = ("benchmarks",)
+
 
 def _modules(root: Path) -> dict[str, Path]:
     out = {}
@@ -24,14 +54,6 @@ def _modules(root: Path) -> dict[str, Path]:
                 parts = parts[:-1]
             out[".".join(parts)] = p
     return out
-
-
-def _type_checking_nodes(tree: ast.Module) -> set[int]:
-    skip: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skip.update(id(n) for stmt in node.body for n in ast.walk(stmt))
-    return skip
 
 
 def import_graph(root: Path = REPO) -> tuple[dict[str, set[str]], list[str]]:
@@ -49,11 +71,8 @@ def import_graph(root: Path = REPO) -> tuple[dict[str, set[str]], list[str]]:
     private: list[str] = []
     for mod, path in mods.items():
         tree = ast.parse(path.read_text(), filename=str(path))
-        skip = _type_checking_nodes(tree)
         package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
         for node in ast.walk(tree):
-            if id(node) in skip:
-                continue
             if isinstance(node, ast.Import):
                 for a in node.names:
                     target = resolve(a.name)
@@ -73,6 +92,31 @@ def import_graph(root: Path = REPO) -> tuple[dict[str, set[str]], list[str]]:
                     if full not in mods and a.name.startswith("_") and not a.name.startswith("__"):
                         private.append(f"{mod}: {target}.{a.name}")
     return edges, private
+
+
+def layer(module: str) -> tuple[int, str] | None:
+    """(layer index, the package of ``LAYERS`` it belongs to), or None for a module no layer
+    holds."""
+    for i, packages in enumerate(LAYERS):
+        for pkg in packages:
+            if module == pkg or module.startswith(pkg + "."):
+                return i, pkg
+    return (-1, module) if module in ROOTS else None
+
+
+def upward_imports(edges: dict[str, set[str]]) -> list[str]:
+    """Imports that run from a layer up to a higher one, or across to another package of the
+    same layer, as 'importer -> imported'."""
+    out = []
+    for mod, targets in sorted(edges.items()):
+        src = layer(mod)
+        for target in sorted(targets):
+            dst = layer(target)
+            if src is None or dst is None:
+                continue  # test_every_module_has_a_layer reports it
+            if dst[0] > src[0] or (dst[0] == src[0] and dst[1] != src[1]):
+                out.append(f"{mod} -> {target}")
+    return out
 
 
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -126,13 +170,25 @@ def test_no_import_cycles():
     assert cycles(edges) == []
 
 
+def test_every_module_has_a_layer():
+    edges, _ = import_graph()
+    assert [m for m in edges if layer(m) is None] == []
+    assert all(not edges[root] for root in ROOTS)  # a root's __init__ imports nothing
+
+
+def test_no_import_runs_up_the_layers():
+    edges, _ = import_graph()
+    assert upward_imports(edges) == []
+
+
 def test_no_private_name_is_imported_from_another_module():
     _, private = import_graph()
     assert private == []
 
 
 def test_the_checks_see_a_cycle_and_a_private_import(tmp_path):
-    """The two checks above can fail: a planted cycle and a planted private import are found."""
+    """The checks above can fail: a planted cycle and a planted private import are found, with
+    a type-only import in the cycle."""
     pkg = tmp_path / "benchmarks"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
@@ -143,12 +199,47 @@ def test_the_checks_see_a_cycle_and_a_private_import(tmp_path):
     )
     (pkg / "c.py").write_text("import benchmarks.b\n")
     edges, private = import_graph(tmp_path)
-    assert cycles(edges) == [["benchmarks.a", "benchmarks.b"]]  # b -> c is TYPE_CHECKING only
+    # b -> c is type-only, and still closes the cycle b -> c -> b
+    assert cycles(edges) == [["benchmarks.a", "benchmarks.b", "benchmarks.c"]]
     assert private == ["benchmarks.a: benchmarks.b._g"]
     real, _ = import_graph()
     assert "benchmarks.telemetry.metrics" in real["benchmarks.training.trainer"]
     # a function-local import counts: the CLI imports the sweep CLI only inside main()
     assert "sweeps.cli" in real["benchmarks.cli"]
+
+
+def test_the_layer_check_sees_an_import_up_the_stack(tmp_path):
+    """A planted type-only import from training up to the suite, a function-local one from
+    tasks up to engines and one across a layer (tasks -> analysis) are found; imports down the
+    layers and within a package are not."""
+    root = tmp_path
+    files = {
+        "benchmarks/__init__.py": "",
+        "benchmarks/suite/__init__.py": "",
+        "benchmarks/suite/plan.py": "from benchmarks.training import start\n",
+        "benchmarks/training/__init__.py": "",
+        "benchmarks/training/start.py": (
+            "from typing import TYPE_CHECKING\nfrom benchmarks.training import modeling\n"
+            "if TYPE_CHECKING:\n    from benchmarks.suite.plan import SuitePlan\n"
+        ),
+        "benchmarks/training/modeling.py": "",
+        "benchmarks/tasks/__init__.py": "",
+        "benchmarks/tasks/base.py": (
+            "import analysis\ndef f():\n    from benchmarks.engines import rollout\n"
+        ),
+        "benchmarks/engines/__init__.py": "",
+        "benchmarks/engines/rollout.py": "from benchmarks.tasks import base\n",
+        "analysis/__init__.py": "",
+    }
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    edges, _ = import_graph(root)
+    assert upward_imports(edges) == [
+        "benchmarks.tasks.base -> analysis",
+        "benchmarks.tasks.base -> benchmarks.engines.rollout",
+        "benchmarks.training.start -> benchmarks.suite.plan",
+    ]
 
 
 def test_algorithms_import_nothing_of_the_harness():

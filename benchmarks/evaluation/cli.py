@@ -173,7 +173,7 @@ def main(argv: list[str]) -> int:
         return fail(str(e))
     if looks_local(s.model) and not Path(s.model).expanduser().exists():
         return fail(f"model={s.model}: no such directory")
-    from benchmarks.suite.preflight import PreflightError, check_tracking_uri
+    from benchmarks.telemetry.store import PreflightError, check_tracking_uri
     from benchmarks.telemetry.tracking import default_tracking_uri
 
     try:

@@ -1,19 +1,14 @@
-"""How many worker processes a suite gets (``jobs``), and what keeps it in one process."""
+"""How many worker processes a suite gets (``jobs``): the machine's cores and memory."""
 
 from __future__ import annotations
 
 import logging
-import logging.handlers
 import os
-import pickle
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from benchmarks.suite.plan import SuitePlan
+from typing import Any
 
 log = logging.getLogger(__name__)
 
-__all__ = ["WORKER_BYTES", "available_memory", "parallel_blocker", "resolve_jobs", "usable_cpus"]
+__all__ = ["WORKER_BYTES", "available_memory", "resolve_jobs", "usable_cpus"]
 
 
 def usable_cpus() -> int:
@@ -25,7 +20,7 @@ def usable_cpus() -> int:
 
 
 #: Memory a worker needs, for ``jobs=auto``: its resident set on the default suite is ~0.8 GB,
-#: mostly torch's and transformers' pages.
+#: mostly torch's and transformers' pages (docs/memory.md).
 WORKER_BYTES = 1 << 30
 
 
@@ -62,25 +57,3 @@ def resolve_jobs(value: Any, tasks: int, available: int | None = None) -> int:
     if n is None or n < 1 or str(value).strip() != str(n):
         raise ValueError(f"jobs={value!r}: allowed 'auto' or an integer >= 1")
     return max(1, min(n, tasks))
-
-
-def parallel_blocker(plan: SuitePlan, *, on_eval: bool) -> str | None:
-    """Why this suite must run in one process, or None when workers can run it."""
-    if on_eval:
-        return "an on_eval callback (a sweep trial) is called in this process"
-    if plan.model.real:
-        return "a real checkpoint is loaded once and shared"
-    if plan.device != "cpu":
-        return f"engine.device={plan.device} (one accelerator)"
-    rollout = str(plan.engine.get("rollout", "torch"))
-    if rollout != "torch":
-        return f"engine.rollout={rollout}"
-    for name, alg in plan.algorithms.items():
-        module = type(alg).__module__
-        if module == "__main__":
-            return f"algorithm {name!r} is defined in __main__, which a worker cannot import"
-        try:
-            pickle.dumps(alg)
-        except Exception as e:  # a local class, a lambda in its config, ...
-            return f"algorithm {name!r} cannot be sent to a worker ({type(e).__name__}: {e})"
-    return None

@@ -1,6 +1,7 @@
 """Validation of a composed config into one typed ``SuitePlan``, before any compute: every
 algorithm, trainer config, the budget, the seeds, the task and the model's shape. A bad field
-raises ``ConfigError`` naming it and what is allowed.
+raises ``ConfigError`` naming it and what is allowed. ``validate`` is a sequence of named
+checks, one per part of the config.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from typing import Any
 
 from algorithms import Algorithm, ConfigError, get_algorithm
 from benchmarks.engines.factory import check_rollout_config
+from benchmarks.suite.jobs import resolve_jobs
 from benchmarks.tasks.base import Task
 from benchmarks.tasks.build import build_task
 from benchmarks.telemetry.meter import Budget
 from benchmarks.training import checkpoint as ckpt
 from benchmarks.training.config import TrainerConfig
 from benchmarks.training.modeling import ModelSpec
+from benchmarks.training.start import StartRecipe
 
 log = logging.getLogger(__name__)
 
@@ -93,23 +96,20 @@ class SuitePlan:
         return seed if self.warmstart.get("per_seed", True) else self.seeds[0]
 
     @property
-    def warmstart_threads(self) -> int:
-        """Torch threads the warm start is built with: ``warmstart.threads``, else ``threads``."""
-        return int(self.warmstart.get("threads") or self.threads)
-
-    def warmstart_identity(self, threads: int | None = None) -> dict[str, Any]:
-        """The warm-start settings that decide what it trains (its cache key); ``enabled``, the
-        difficulty measurement taken after it and ``per_seed`` do not. The thread count it is
-        built with does (``warmstart_threads`` unless given, as for a critic model built inside
-        a run): more threads split some reductions differently, and training amplifies that (the
-        default's start validates at 0.353 built with 2 threads, 0.373 with 1). It is named only
-        when it is not 1, which keeps every one-thread start's key."""
-        skip = ("enabled", "per_seed", "difficulty_prompts", "difficulty_samples", "threads")
-        identity = {k: v for k, v in self.warmstart.items() if k not in skip}
-        threads = self.warmstart_threads if threads is None else threads
-        if threads != 1:
-            identity["threads"] = threads
-        return identity
+    def start_recipe(self) -> StartRecipe:
+        """What the runs' start models are built from (``benchmarks/training/start.py``)."""
+        trainer = self.resolved["trainer"]
+        return StartRecipe(
+            spec=self.model.spec,
+            warmstart=self.warmstart,
+            task_node=self.task_node,
+            model_node=self.model.node,
+            cache_dir=self.cache_dir,
+            run_threads=self.threads,
+            dtype=self.model.dtype,
+            temperature=float(trainer["temperature"]),
+            top_p=float(trainer["top_p"]),
+        )
 
 
 def as_dict(node: Any) -> dict[str, Any]:
@@ -127,19 +127,102 @@ CRITIC_KEYS = ("warmup_steps", "mini_batches", "epochs", "head_init")
 
 
 def validate(cfg: Any) -> SuitePlan:
-    """Build every algorithm, trainer config and the budget; raise ConfigError naming the field."""
+    """Build every algorithm, trainer config and the budget, and check the rest of the config;
+    raise ConfigError naming the field. Plugins are imported first: they may register the
+    algorithms and tasks the checks after look up."""
+    from omegaconf import OmegaConf
+
+    plugins = _import_plugins(cfg)
+    resume = _check_resume(cfg)
+    algorithms, trainers = _algorithms_and_trainers(cfg)
+    budget = _budget(cfg)
+    _check_engine_name(cfg)
+    threads, seeds = _counts(cfg)
+    task = _task(cfg)
+    _check_warmstart(cfg)
+    model = _model(cfg, task)
+    _check_critic_models(cfg, algorithms, trainers, task, model)
+    if cfg.engine.name == "torch":  # verl's own `engine.rollout` names verl's backend
+        check_rollout_config(cfg.engine)
+    min_free = _min_free_disk(cfg)
+    tracking_uri, tracking_key = _tracking(cfg)
+    return SuitePlan(
+        algorithms=algorithms,
+        trainer=trainers,
+        budget=budget,
+        seeds=seeds,
+        task=task,
+        model=model,
+        task_node=as_dict(cfg.task),
+        warmstart=as_dict(cfg.warmstart),
+        engine=as_dict(cfg.engine),
+        tracking_uri=tracking_uri,
+        tracking_key=tracking_key,
+        experiment=str(cfg.tracking.experiment),
+        suite_name=str(cfg.suite.name),
+        report=bool(cfg.suite.get("report", True)),
+        output_dir=Path(str(cfg.output_dir)),
+        cache_dir=None if not cfg.get("cache_dir") else str(cfg.cache_dir),
+        min_free_disk_gb=min_free,
+        resume=resume,
+        jobs=cfg.get("jobs", 1),
+        threads=threads,
+        plugins=plugins,
+        resolved=OmegaConf.to_container(cfg, resolve=True),  # type: ignore[arg-type]
+    )
+
+
+def _integer(key: str, value: Any, minimum: int | None = None) -> int:
+    """``value`` as an int, or a ConfigError naming ``key``: a bool, a fraction or text is not
+    one, and neither is a number below ``minimum``."""
+    n = None
+    if not isinstance(value, bool):
+        try:
+            n = int(value)
+        except (TypeError, ValueError):
+            n = None
+    if n is None or str(value).strip() != str(n):
+        bound = "" if minimum is None else f" >= {minimum}"
+        raise ConfigError(f"{key}={value!r}: must be an integer{bound}")
+    if minimum is not None and n < minimum:
+        raise ConfigError(f"{key}={value} must be >= {minimum}")
+    return n
+
+
+def _real(key: str, value: Any, what: str = "a number") -> float:
+    """``value`` as a float, or a ConfigError naming ``key`` and ``what`` it must be."""
+    if not isinstance(value, bool) and isinstance(value, int | float | str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    raise ConfigError(f"{key}={value!r}: must be {what}")
+
+
+def _import_plugins(cfg: Any) -> list[str]:
+    """``plugins``: import each module (from the user's working directory too)."""
     import importlib
     import sys
 
-    if cfg.get("plugins") and os.getcwd() not in sys.path:
+    plugins = [str(m) for m in cfg.get("plugins") or []]
+    if plugins and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # plugin modules of the user's own project
-    for module in cfg.get("plugins") or []:
+    for module in plugins:
         try:
-            importlib.import_module(str(module))
+            importlib.import_module(module)
         except ImportError as e:
             raise ConfigError(f"plugins: cannot import {module!r}: {e}") from e
+    return plugins
+
+
+def _check_resume(cfg: Any) -> str:
     if cfg.get("resume", "never") not in ckpt.RESUME_MODES:
         raise ConfigError(f"resume={cfg.resume!r}: allowed {list(ckpt.RESUME_MODES)}")
+    return str(cfg.get("resume", "never"))
+
+
+def _algorithms_and_trainers(cfg: Any) -> tuple[dict[str, Algorithm], dict[str, TrainerConfig]]:
+    """Every selected algorithm (``algorithm.<name>``), and the trainer config it runs with."""
     algos = as_dict(cfg.algorithm) if "algorithm" in cfg else {}
     if not algos:
         from algorithms import list_algorithms
@@ -148,7 +231,7 @@ def validate(cfg: Any) -> SuitePlan:
             "algorithm: select at least one, e.g. algorithm=[sppo,grpo]; "
             f"registered: {list_algorithms()}"
         )
-    trainer_base = {k: v for k, v in as_dict(cfg.trainer).items()}
+    trainer_base = dict(as_dict(cfg.trainer))
     unknown = set(trainer_base) - _TRAINER_KEYS
     if unknown:
         raise ConfigError(
@@ -157,89 +240,139 @@ def validate(cfg: Any) -> SuitePlan:
     built: dict[str, Algorithm] = {}
     trainers: dict[str, TrainerConfig] = {}
     for name, node in algos.items():
-        node = dict(node or {})
-        params = dict(node.pop("params", {}) or {})
-        actor_lr = node.pop("actor_lr", None)
-        critic_lr = node.pop("critic_lr", None)
-        critic = dict(node.pop("critic", {}) or {})
-        if node:
-            raise ConfigError(
-                f"algorithm.{name}.{sorted(node)[0]}: unknown key; "
-                "allowed: actor_lr, critic_lr, critic, params"
-            )
-        bad = set(critic) - set(CRITIC_KEYS)
-        if bad:
-            raise ConfigError(
-                f"algorithm.{name}.critic.{sorted(bad)[0]}: unknown key; allowed: {list(CRITIC_KEYS)}"
-            )
-        try:
-            alg = get_algorithm(name, **params)
-        except ConfigError as e:
-            raise ConfigError(f"algorithm.{name}.params: {e}") from e
-        if alg.critic == "none" and critic_lr is not None:
-            raise ConfigError(
-                f"algorithm.{name}.critic_lr={critic_lr}: {name} trains no critic; set it to null"
-            )
-        if alg.critic == "none" and any(v is not None for v in critic.values()):
-            raise ConfigError(f"algorithm.{name}.critic={critic}: {name} trains no critic")
-        # An algorithm's own critic settings (its tuned defaults) take the place of trainer's.
-        own = {f"critic_{k}": v for k, v in critic.items() if v is not None}
-        if own and str(cfg.engine.name) != "torch":
-            # Tuned for the native trainer on the CPU testbed; a verl recipe carries its own.
-            log.info(
-                "engine=%s: algorithm.%s.critic=%s not applied (the native trainer's tuned "
-                "settings); trainer.critic_* reach verl",
-                cfg.engine.name,
-                name,
-                critic,
-            )
-            own = {}
-        try:
-            t = TrainerConfig(
-                **{**trainer_base, **own},
-                **({"actor_lr": float(actor_lr)} if actor_lr is not None else {}),
-                critic_lr=None if critic_lr is None else float(critic_lr),
-            )
-        except ConfigError as e:
-            if not own:
-                raise
-            raise ConfigError(str(e).replace("trainer.critic_", f"algorithm.{name}.critic.")) from e
-        if t.samples_per_step % alg.samples_per_prompt:
-            raise ConfigError(
-                f"trainer.samples_per_step={t.samples_per_step} must be a multiple of "
-                f"{name}'s samples per prompt ({alg.samples_per_prompt})"
-            )
-        built[name] = alg
-        trainers[name] = t
+        built[name], trainers[name] = _algorithm(cfg, name, dict(node or {}), trainer_base)
+    return built, trainers
+
+
+def _algorithm(
+    cfg: Any, name: str, node: dict[str, Any], trainer_base: dict[str, Any]
+) -> tuple[Algorithm, TrainerConfig]:
+    """``algorithm.<name>``: its keys, its hyper-parameters, its learning rates and critic
+    settings against the critic it trains; then its trainer config."""
+    params = dict(node.pop("params", {}) or {})
+    actor_lr = node.pop("actor_lr", None)
+    critic_lr = node.pop("critic_lr", None)
+    critic = dict(node.pop("critic", {}) or {})
+    if node:
+        raise ConfigError(
+            f"algorithm.{name}.{sorted(node)[0]}: unknown key; "
+            "allowed: actor_lr, critic_lr, critic, params"
+        )
+    bad = set(critic) - set(CRITIC_KEYS)
+    if bad:
+        raise ConfigError(
+            f"algorithm.{name}.critic.{sorted(bad)[0]}: unknown key; allowed: {list(CRITIC_KEYS)}"
+        )
+    try:
+        alg = get_algorithm(name, **params)
+    except ConfigError as e:
+        raise ConfigError(f"algorithm.{name}.params: {e}") from e
+    if alg.critic == "none" and critic_lr is not None:
+        raise ConfigError(
+            f"algorithm.{name}.critic_lr={critic_lr}: {name} trains no critic; set it to null"
+        )
+    if alg.critic == "none" and any(v is not None for v in critic.values()):
+        raise ConfigError(f"algorithm.{name}.critic={critic}: {name} trains no critic")
+    trainer = _trainer_config(cfg, name, trainer_base, critic, actor_lr, critic_lr)
+    _check_samples_per_step(name, alg, trainer)
+    return alg, trainer
+
+
+def _trainer_config(
+    cfg: Any,
+    name: str,
+    trainer_base: dict[str, Any],
+    critic: dict[str, Any],
+    actor_lr: Any,
+    critic_lr: Any,
+) -> TrainerConfig:
+    """The ``trainer`` node with ``name``'s learning rates and its own critic settings (its
+    tuned defaults, in place of ``trainer.critic_*``); their errors name where they were set."""
+    own = {f"critic_{k}": v for k, v in critic.items() if v is not None}
+    if own and str(cfg.engine.name) != "torch":
+        # Tuned for the native trainer on the CPU testbed; a verl recipe carries its own.
+        log.info(
+            "engine=%s: algorithm.%s.critic=%s not applied (the native trainer's tuned "
+            "settings); trainer.critic_* reach verl",
+            cfg.engine.name,
+            name,
+            critic,
+        )
+        own = {}
+    lrs: dict[str, Any] = {"critic_lr": None}
+    if actor_lr is not None:
+        lrs["actor_lr"] = _real(f"algorithm.{name}.actor_lr", actor_lr, "a number > 0")
+    if critic_lr is not None:
+        lrs["critic_lr"] = _real(f"algorithm.{name}.critic_lr", critic_lr, "a number > 0 or null")
+    try:
+        return TrainerConfig(**{**trainer_base, **own}, **lrs)
+    except ConfigError as e:
+        if not own:
+            raise
+        raise ConfigError(str(e).replace("trainer.critic_", f"algorithm.{name}.critic.")) from e
+
+
+def _check_samples_per_step(name: str, alg: Algorithm, trainer: TrainerConfig) -> None:
+    """Every step samples whole groups: ``trainer.samples_per_step`` is a multiple of the
+    algorithm's samples per prompt."""
+    if trainer.samples_per_step % alg.samples_per_prompt:
+        raise ConfigError(
+            f"trainer.samples_per_step={trainer.samples_per_step} must be a multiple of "
+            f"{name}'s samples per prompt ({alg.samples_per_prompt})"
+        )
+
+
+def _budget(cfg: Any) -> Budget:
+    """``budget``: its kind, a number for its limit and a list of evaluation fractions."""
     b = as_dict(cfg.budget)
-    budget = Budget(
-        kind=b["kind"], limit=float(b["limit"]), eval_fractions=tuple(b["eval_fractions"])
+    limit = _real("budget.limit", b["limit"], "a number > 0")
+    fractions = b["eval_fractions"]
+    ok = isinstance(fractions, list | tuple) and all(
+        not isinstance(f, bool) and isinstance(f, int | float) for f in fractions
     )
+    if not ok:
+        raise ConfigError(
+            f"budget.eval_fractions={fractions!r}: must be a list of increasing numbers in "
+            "[0, 1], e.g. [0.0, 0.5, 1.0]"
+        )
+    return Budget(kind=b["kind"], limit=limit, eval_fractions=tuple(fractions))
+
+
+def _check_engine_name(cfg: Any) -> None:
     if cfg.engine.name not in ("torch", "verl"):
         raise ConfigError(f"engine.name={cfg.engine.name!r}: allowed ['torch', 'verl']")
-    if int(cfg.threads) < 1:
-        raise ConfigError(f"threads={cfg.threads} must be >= 1")
-    from benchmarks.suite.jobs import resolve_jobs
 
+
+def _counts(cfg: Any) -> tuple[int, list[int]]:
+    """``threads``, ``jobs``, ``seeds`` and ``seed``: the runs' threads and seeds."""
+    threads = _integer("threads", cfg.threads, 1)
     try:
         resolve_jobs(cfg.get("jobs", 1), 1)
     except ValueError as e:
         raise ConfigError(str(e)) from e
-    if int(cfg.seeds) < 1:
-        raise ConfigError(f"seeds={cfg.seeds} must be >= 1")
-    seeds = [int(cfg.seed) + i for i in range(int(cfg.seeds))]
-    real_model = cfg.model.name_or_path is not None
-    if not real_model and cfg.task.name not in CHAR_TASKS:
+    seeds = _integer("seeds", cfg.seeds, 1)
+    first = _integer("seed", cfg.seed)
+    return threads, [first + i for i in range(seeds)]
+
+
+def _task(cfg: Any) -> Task:
+    """``task``: one the model can learn (the tiny model speaks only character tasks), built
+    now, so a missing data file fails here."""
+    if cfg.model.name_or_path is None and cfg.task.name not in CHAR_TASKS:
         raise ConfigError(
             f"task={cfg.task.name}: the tiny character model only speaks {list(CHAR_TASKS)}; "
             "set model=hf model.name_or_path=<HF id or directory> for real datasets"
         )
     try:
-        task = build_task(cfg.task)  # reads the data now: a missing file fails here
+        return build_task(cfg.task)
     except TypeError as e:
         raise ConfigError(f"task: {e}") from e
     except ValueError as e:
         raise ConfigError(str(e)) from e
+
+
+def _check_warmstart(cfg: Any) -> None:
+    """``warmstart``: its phases, ``per_seed`` and ``threads``."""
     from benchmarks.training.warmstart import parse_phases
 
     try:
@@ -260,67 +393,60 @@ def validate(cfg: Any) -> SuitePlan:
             f"warmstart.threads={ws_threads!r}: allowed values are null (the runs' own `threads`) "
             "and an integer >= 1"
         )
-    if not real_model:  # transformers' own errors would come from a worker, mid-start
-        longest = max(len(p.prompt) for p in task.eval_problems())  # one token per character
-        try:
-            response = max(int(cfg.task.max_new_tokens), int(cfg.trainer.max_new_tokens))
-            model_spec(as_dict(cfg.model)).check(longest + response)
-        except ValueError as e:
-            raise ConfigError(str(e)) from e
+
+
+def _model(cfg: Any, task: Task) -> ModelPlan:
+    """``model``: a real checkpoint, or the tiny Llama's shape, checked against the longest
+    prompt and response here (transformers' own errors would come from a worker, mid-start)."""
+    node = as_dict(cfg.model)
+    if cfg.model.name_or_path is not None:
+        return ModelPlan(str(cfg.model.name_or_path), str(cfg.model.dtype), None, node)
+    spec = model_spec(node)
+    longest = max(len(p.prompt) for p in task.eval_problems())  # one token per character
+    task_tokens = _integer("task.max_new_tokens", cfg.task.max_new_tokens, 1)
+    response = max(task_tokens, int(cfg.trainer.max_new_tokens))
+    try:
+        spec.check(longest + response)
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+    return ModelPlan(None, str(cfg.model.dtype), spec, node)
+
+
+def _check_critic_models(
+    cfg: Any,
+    algorithms: dict[str, Algorithm],
+    trainers: dict[str, TrainerConfig],
+    task: Task,
+    model: ModelPlan,
+) -> None:
+    """``trainer.critic_model`` as a smaller tiny critic: checked like ``model.*``."""
     from benchmarks.training.critic_model import critic_spec
 
-    for name, t in trainers.items():  # a smaller tiny critic: checked like model.*
-        if isinstance(t.critic_model, Mapping) and built[name].critic != "none":
+    for name, t in trainers.items():
+        if isinstance(t.critic_model, Mapping) and algorithms[name].critic != "none":
             positions = 0
-            if not real_model:
+            if not model.real:
                 positions = max(len(p.prompt) for p in task.eval_problems()) + int(
                     cfg.trainer.max_new_tokens
                 )
-            critic_spec(
-                t.critic_model,
-                None if real_model else model_spec(as_dict(cfg.model)),
-                positions,
-            )
-    if cfg.engine.name == "torch":  # verl's own `engine.rollout` names verl's backend
-        check_rollout_config(cfg.engine)
-    from omegaconf import OmegaConf
+            critic_spec(t.critic_model, model.spec, positions)
 
-    from benchmarks.telemetry.tracking import default_tracking_uri
 
-    model_node = as_dict(cfg.model)
-    min_free = float(cfg.get("min_free_disk_gb", 0.0))
+def _min_free_disk(cfg: Any) -> float:
+    min_free = _real("min_free_disk_gb", cfg.get("min_free_disk_gb", 0.0), "a number >= 0")
     if not min_free >= 0:
         raise ConfigError(f"min_free_disk_gb={min_free} must be >= 0")
+    return min_free
+
+
+def _tracking(cfg: Any) -> tuple[str, str]:
+    """The tracking store's URI, and where it came from (for messages): ``tracking.uri``, else
+    ``MLFLOW_TRACKING_URI``, else the default SQLite file."""
+    from benchmarks.telemetry.tracking import default_tracking_uri
+
     from_env = not cfg.tracking.uri and os.environ.get("MLFLOW_TRACKING_URI")
-    return SuitePlan(
-        algorithms=built,
-        trainer=trainers,
-        budget=budget,
-        seeds=seeds,
-        task=task,
-        model=ModelPlan(
-            name_or_path=None if not real_model else str(cfg.model.name_or_path),
-            dtype=str(cfg.model.dtype),
-            spec=None if real_model else model_spec(model_node),
-            node=model_node,
-        ),
-        task_node=as_dict(cfg.task),
-        warmstart=as_dict(cfg.warmstart),
-        engine=as_dict(cfg.engine),
-        tracking_uri=str(cfg.tracking.uri or default_tracking_uri()),
-        tracking_key="MLFLOW_TRACKING_URI" if from_env else "tracking.uri",
-        experiment=str(cfg.tracking.experiment),
-        suite_name=str(cfg.suite.name),
-        report=bool(cfg.suite.get("report", True)),
-        output_dir=Path(str(cfg.output_dir)),
-        cache_dir=None if not cfg.get("cache_dir") else str(cfg.cache_dir),
-        min_free_disk_gb=min_free,
-        resume=str(cfg.get("resume", "never")),
-        jobs=cfg.get("jobs", 1),
-        threads=int(cfg.threads),
-        plugins=[str(m) for m in cfg.get("plugins") or []],
-        resolved=OmegaConf.to_container(cfg, resolve=True),  # type: ignore[arg-type]
-    )
+    uri = str(cfg.tracking.uri or default_tracking_uri())
+    return uri, "MLFLOW_TRACKING_URI" if from_env else "tracking.uri"
 
 
 def model_spec(model_cfg: Mapping[str, Any]) -> ModelSpec:

@@ -24,7 +24,6 @@ from benchmarks.suite.run_one import (
     RunSummary,
     finished,
     load_hf,
-    load_start_model,
     package_version,
     run_one,
 )
@@ -38,6 +37,7 @@ from benchmarks.telemetry.tracking import (
 )
 from benchmarks.training import checkpoint as ckpt
 from benchmarks.training.modeling import build_char_tokenizer
+from benchmarks.training.start import policy_start
 
 log = logging.getLogger(__name__)
 
@@ -163,11 +163,14 @@ def run_suite(
                     if all(done):  # resume=auto: nothing left for this seed, no warm start needed
                         result.runs += done  # type: ignore[arg-type]
                         continue
+                    start_seed = plan.start_seed(seed)
                     if real_model:
                         start, ws_info = base_model, {"steps": 0, "val_accuracy": float("nan")}
                     else:
-                        start, ws_info = load_start_model(plan, seed, task, tokenizer)
-                    result.warmstart[str(plan.start_seed(seed))] = ws_info
+                        start, ws_info = policy_start(
+                            plan.start_recipe, start_seed, task, tokenizer
+                        )
+                    result.warmstart[str(start_seed)] = ws_info
                     start.to(device)
                     for name, alg in plan.algorithms.items():
                         result.runs.append(
@@ -195,7 +198,8 @@ def _validated(cfg: Any) -> SuitePlan:
 
 def _jobs(plan: SuitePlan, on_eval: Callable | None) -> int:
     """Worker processes for this suite (``jobs``); 1 where the runs must share this process."""
-    from benchmarks.suite.jobs import parallel_blocker, resolve_jobs
+    from benchmarks.suite.jobs import resolve_jobs
+    from benchmarks.suite.workers import parallel_blocker
 
     jobs = resolve_jobs(plan.jobs, len(plan.seeds) * len(plan.algorithms))
     if jobs > 1:

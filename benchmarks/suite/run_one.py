@@ -1,10 +1,10 @@
-"""One (algorithm, seed) run of a suite: its start model (the cached warm start, or a real
-checkpoint), its MLflow child run, its checkpoints, and the trainer, ending in a ``RunSummary``.
+"""One (algorithm, seed) run of a suite: its models from the start model (the cached warm
+start, built by ``benchmarks/training/start.py``, or a real checkpoint), its MLflow child run, its
+checkpoints, and the trainer, ending in a ``RunSummary``.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,72 +16,19 @@ import torch
 from algorithms import Algorithm
 from benchmarks.engines.factory import make_engine_factory
 from benchmarks.suite.plan import SuitePlan
-from benchmarks.tasks.base import CharTask, Task
+from benchmarks.tasks.base import Task
 from benchmarks.telemetry import metrics as M
 from benchmarks.telemetry.tracking import (
     MlflowTracker,
     flatten,
 )
 from benchmarks.training import checkpoint as ckpt
-from benchmarks.training.modeling import build_tiny_llama, torch_threads
+from benchmarks.training.start import critic_start, run_copies
 from benchmarks.training.trainer import RLTrainer
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RunContext", "load_start_model", "package_version", "run_one"]
-
-
-def load_start_model(
-    plan: SuitePlan, seed: int, task: Task, tokenizer: Any
-) -> tuple[torch.nn.Module, dict]:
-    """The tiny model every algorithm of ``seed`` starts from: the supervised warm start, built
-    once per (task, model, start seed) and read from its cache after. The start seed is ``seed``,
-    or the first seed's with ``warmstart.per_seed=false`` (``SuitePlan.start_seed``). It is built
-    with ``warmstart.threads`` (a shared start is the only job while it builds; ``SuitePlan.
-    warmstart_threads``) and the runs' own thread count is restored after."""
-    spec = plan.model.spec
-    assert spec is not None, "a real checkpoint has no warm start"
-    seed = plan.start_seed(seed)
-
-    def build() -> torch.nn.Module:
-        return build_tiny_llama(spec, len(tokenizer), seed=seed)
-
-    if not plan.warmstart.get("enabled", True) or not isinstance(task, CharTask):
-        return build(), {"steps": 0, "val_accuracy": float("nan"), "cached": False, "path": None}
-    from benchmarks.training.warmstart import warm_start
-
-    # The difficulty measurement is not part of the warm start's identity: it is taken after.
-    prompts = int(plan.warmstart.get("difficulty_prompts", 0) or 0)
-    samples = int(plan.warmstart.get("difficulty_samples", 0) or 0)
-    with torch_threads(plan.warmstart_threads):  # the start and its measurement; runs after
-        model, info = warm_start(
-            task=task,
-            build_model=build,
-            tokenizer=tokenizer,
-            cfg=plan.warmstart_identity(),
-            identity={"task": plan.task_node, "model": plan.model.node},
-            seed=seed,
-            cache_dir=plan.cache_dir,
-            max_new_tokens=int(plan.task_node["max_new_tokens"]),
-        )
-        info["threads"] = torch.get_num_threads()
-        if prompts > 0 and samples > 0:
-            from benchmarks.evaluation.difficulty import measure_difficulty
-
-            trainer = plan.resolved["trainer"]
-            measured = measure_difficulty(
-                model,
-                tokenizer,
-                task,
-                prompts=prompts,
-                samples=samples,
-                temperature=float(trainer["temperature"]),
-                top_p=float(trainer["top_p"]),
-                max_new_tokens=int(plan.task_node["max_new_tokens"]),
-                cache=Path(info["path"]) / "difficulty.json",
-            )
-            info["difficulty"] = measured["summary"]
-    return model, info
+__all__ = ["RunContext", "load_hf", "package_version", "run_one"]
 
 
 def load_hf(plan: SuitePlan) -> tuple[torch.nn.Module, Any]:
@@ -177,10 +124,7 @@ def run_one(
             )
             if prev is not None:  # skip the points logged before the kill; they are recomputed
                 tracker.skip = checkpointer.already_logged(ctx.client)
-            policy = copy.deepcopy(start)
-            reference = None
-            if alg.uses_reference:
-                reference = copy.deepcopy(start).eval().requires_grad_(False)
+            policy, reference = run_copies(start, reference=alg.uses_reference)
 
             def on_progress(frac: float, m: dict[str, float]) -> None:
                 fields = {"acc": f"{m['acc']:.3f}"} if "acc" in m else {}
@@ -191,11 +135,13 @@ def run_one(
                     ctx.on_eval(name, seed, frac, res.accuracy)
 
             critic_base = None
-            if alg.critic != "none":
-                from benchmarks.training.critic_model import load_critic_base
-
-                critic_base = load_critic_base(
-                    plan, tcfg.critic_model, seed, ctx.task, ctx.tokenizer
+            if alg.critic != "none":  # shared like the policy's, with warmstart.per_seed=false
+                critic_base = critic_start(
+                    plan.start_recipe,
+                    tcfg.critic_model,
+                    plan.start_seed(seed),
+                    ctx.task,
+                    ctx.tokenizer,
                 )
             trainer = RLTrainer(
                 algorithm=alg,

@@ -1,18 +1,18 @@
 """A suite's runs spread over worker processes, one torch thread each (``jobs``).
 
 On the CPU the tiny model's matmuls gain little from a second intra-op thread, but independent
-runs use a second core fully: with ``jobs=2`` on a 2-core laptop the default suite takes a little
-over half its one-process time. Every run is a pure function of its config and seed (the trainer
-seeds torch's global generator itself, and the warm start is read from its cache), so a run's
-numbers do not depend on which process ran it or in which order (``tests/suite/test_workers.py``).
+runs use a second core fully: with ``jobs=2`` on 2 cores the default suite takes a little over
+half its one-process time (docs/performance.md). Every run is a pure function of its config and
+seed (the trainer seeds torch's global generator itself, and the warm start is read from its
+cache), so a run's numbers do not depend on which process ran it or in which order
+(``tests/suite/test_workers.py``).
 
 The parent schedules two kinds of task: a seed's warm start, then, once it is cached, that seed's
 runs (with ``warmstart.per_seed=false``, one warm start and then every seed's runs). Warm starts
 are queued first, so while one seed's runs train the next seed's warm start is already being
-built. Workers are spawned (never forked: the parent holds MLflow's SQLite
-connections and logging threads), and send their progress-bar updates and log records back
-through one queue, which the parent renders.
-"""
+built. Workers are spawned (never forked: the parent holds MLflow's SQLite connections and
+logging threads), and send their progress-bar updates and log records back through one queue,
+which the parent renders. :func:`parallel_blocker` says when a suite must stay in one process."""
 
 from __future__ import annotations
 
@@ -21,15 +21,19 @@ import logging
 import logging.handlers
 import multiprocessing as mp
 import os
+import pickle
 import queue as queue_mod
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from benchmarks.suite.plan import SuitePlan
 
 log = logging.getLogger(__name__)
 
-__all__ = ["WorkerError", "run_parallel"]
+__all__ = ["WorkerError", "parallel_blocker", "run_parallel"]
 
 #: Per-worker state set by :func:`_init_worker`.
 _W: dict[str, Any] = {}
@@ -132,9 +136,11 @@ def _tokenizer() -> Any:
 
 @_reported
 def _warm_start(seed: int) -> dict:
-    from benchmarks.suite.run_one import load_start_model
+    """Build (or read) the warm start of start seed ``seed``; its info."""
+    from benchmarks.training.start import policy_start
 
-    _, info = load_start_model(_W["plan"], seed, _W["plan"].task, _tokenizer())
+    plan = _W["plan"]
+    _, info = policy_start(plan.start_recipe, seed, plan.task, _tokenizer())
     return info
 
 
@@ -142,11 +148,13 @@ def _warm_start(seed: int) -> dict:
 def _run(name: str, seed: int, shared: dict) -> Any:
     from mlflow.tracking import MlflowClient
 
-    from benchmarks.suite.run_one import RunContext, load_start_model, run_one
+    from benchmarks.suite.run_one import RunContext, run_one
     from benchmarks.training import checkpoint as ckpt
+    from benchmarks.training.start import policy_start
 
     plan = _W["plan"]
-    start, _ = load_start_model(plan, seed, plan.task, _tokenizer())  # cached by now
+    start_seed = plan.start_seed(seed)  # its warm start is cached by now
+    start, _ = policy_start(plan.start_recipe, start_seed, plan.task, _tokenizer())
     client = MlflowClient(shared["uri"])
     ctx = RunContext(
         plan,
@@ -168,6 +176,28 @@ def _run(name: str, seed: int, shared: dict) -> Any:
 
 
 # ----------------------------------------------------------------------------- parent side
+
+
+def parallel_blocker(plan: SuitePlan, *, on_eval: bool) -> str | None:
+    """Why this suite must run in one process, or None when workers can run it."""
+    if on_eval:
+        return "an on_eval callback (a sweep trial) is called in this process"
+    if plan.model.real:
+        return "a real checkpoint is loaded once and shared"
+    if plan.device != "cpu":
+        return f"engine.device={plan.device} (one accelerator)"
+    rollout = str(plan.engine.get("rollout", "torch"))
+    if rollout != "torch":
+        return f"engine.rollout={rollout}"
+    for name, alg in plan.algorithms.items():
+        module = type(alg).__module__
+        if module == "__main__":
+            return f"algorithm {name!r} is defined in __main__, which a worker cannot import"
+        try:
+            pickle.dumps(alg)
+        except Exception as e:  # a local class, a lambda in its config, ...
+            return f"algorithm {name!r} cannot be sent to a worker ({type(e).__name__}: {e})"
+    return None
 
 
 def _drain(q: Any, bar: Any, bar_ids: dict[str, Any]) -> None:

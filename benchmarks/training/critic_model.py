@@ -12,14 +12,14 @@ critic's backbone is, by default, a copy of the policy's start (verl's default t
 * a string, an HF id or directory: a real model for a real policy.
 
 Either must speak the policy's tokenizer: the critic reads the same token ids. That is checked at
-start, before any training. The critic's FLOPs are metered from its own shape (the trainer's
+start, before any training. This module checks the setting; ``benchmarks/training/start.py``
+builds the model. The critic's FLOPs are metered from its own shape (the trainer's
 ``critic_fm``), and engine=verl maps it onto ``critic.model.path``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -27,15 +27,9 @@ from algorithms import ConfigError
 from benchmarks.training.modeling import ModelSpec
 
 if TYPE_CHECKING:
-    import torch
     from transformers import PreTrainedTokenizerBase
 
-    from benchmarks.suite.plan import SuitePlan
-    from benchmarks.tasks.base import Task
-
-log = logging.getLogger(__name__)
-
-__all__ = ["check_critic_model", "check_same_tokenizer", "critic_spec", "load_critic_base"]
+__all__ = ["check_critic_model", "check_same_tokenizer", "critic_spec"]
 
 _KEY = "trainer.critic_model"
 
@@ -97,49 +91,3 @@ def check_same_tokenizer(
                 f"{_KEY}={name}: {attr} {getattr(critic, attr)} != the policy's "
                 f"{getattr(policy, attr)}; the critic must share the policy's tokenizer"
             )
-
-
-def load_critic_base(
-    plan: SuitePlan, value: Any, seed: int, task: Task, tokenizer: PreTrainedTokenizerBase
-) -> torch.nn.Module | None:
-    """The critic's starting model for ``seed``, or None for the policy's copy."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        check_same_tokenizer(AutoTokenizer.from_pretrained(value), tokenizer, value)
-        import torch
-
-        return AutoModelForCausalLM.from_pretrained(value, dtype=getattr(torch, plan.model.dtype))
-    from benchmarks.tasks.base import CharTask
-    from benchmarks.training.modeling import build_tiny_llama
-    from benchmarks.training.warmstart import warm_start
-
-    spec = critic_spec(value, plan.model.spec)
-    seed = plan.start_seed(seed)  # shared like the policy's, with warmstart.per_seed=false
-
-    def build() -> torch.nn.Module:
-        return build_tiny_llama(spec, len(tokenizer), seed=seed)
-
-    if not plan.warmstart.get("enabled", True) or not isinstance(task, CharTask):
-        return build()
-    model_node = {**plan.model.node, **dataclasses.asdict(spec)}
-    model, info = warm_start(
-        task=task,
-        build_model=build,
-        tokenizer=tokenizer,
-        cfg=plan.warmstart_identity(threads=plan.threads),  # built inside a run, with its threads
-        identity={"task": plan.task_node, "model": model_node, "role": "critic"},
-        seed=seed,
-        cache_dir=plan.cache_dir,
-        max_new_tokens=int(plan.task_node["max_new_tokens"]),
-    )
-    log.info(
-        "critic model %s, seed %d: warm start %s (validation accuracy %.3f)",
-        dataclasses.asdict(spec),
-        seed,
-        "cached" if info.get("cached") else "trained",
-        info["val_accuracy"],
-    )
-    return model

@@ -70,10 +70,10 @@ def test_which_suites_share_their_warm_start():
     suites pair their runs by seed over a warm start each."""
     assert validate(compose_config([])).warmstart["per_seed"] is False  # the default suite
     chain_sum = validate(compose_config(["suite=claims_chain_sum"]))
-    assert (chain_sum.warmstart["per_seed"], chain_sum.warmstart_threads) == (False, 2)
+    assert (chain_sum.warmstart["per_seed"], chain_sum.start_recipe.threads) == (False, 2)
     for suite in ("claims", "horizon"):
         plan = validate(compose_config([f"suite={suite}"]))
-        assert (plan.warmstart["per_seed"], plan.warmstart_threads) == (True, 1), suite
+        assert (plan.warmstart["per_seed"], plan.start_recipe.threads) == (True, 1), suite
 
 
 def test_per_seed_must_be_a_boolean():
@@ -88,20 +88,20 @@ def test_warmstart_threads_build_the_start_apart_from_the_runs_threads(tmp_path)
     own thread count."""
     import torch
 
-    from benchmarks.suite.run_one import load_start_model
     from benchmarks.training.modeling import build_char_tokenizer
+    from benchmarks.training.start import policy_start
 
     one = validate(compose_config(_suite(tmp_path)))
     two = validate(compose_config(_suite(tmp_path, "warmstart.threads=2")))
-    assert "threads" not in one.warmstart_identity()  # every one-thread start keeps its key
-    assert two.warmstart_identity() == {**one.warmstart_identity(), "threads": 2}
-    assert "threads" not in two.warmstart_identity(threads=1)  # a critic model built in a run
+    assert "threads" not in one.start_recipe.identity()  # every one-thread start keeps its key
+    assert two.start_recipe.identity() == {**one.start_recipe.identity(), "threads": 2}
+    assert "threads" not in two.start_recipe.identity(threads=1)  # a critic model built in a run
     tok = build_char_tokenizer(one.task.alphabet)
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        _, info_one = load_start_model(one, 0, one.task, tok)
-        _, info_two = load_start_model(two, 0, two.task, tok)
+        _, info_one = policy_start(one.start_recipe, 0, one.task, tok)
+        _, info_two = policy_start(two.start_recipe, 0, two.task, tok)
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)

@@ -163,13 +163,13 @@ def _timing(key: str) -> bool:
 def _start_model(cfg: Any) -> tuple[Any, torch.nn.Module, Any]:
     """The suite's plan, its seed-0 warm start read back from the suite's cache, the tokenizer."""
     from benchmarks.suite.plan import validate
-    from benchmarks.suite.run_one import load_start_model
     from benchmarks.tasks.arith import ArithTask
     from benchmarks.training.modeling import build_char_tokenizer
+    from benchmarks.training.start import policy_start
 
     plan = validate(cfg)
     tok = build_char_tokenizer(ArithTask.alphabet)
-    start, info = load_start_model(plan, 0, plan.task, tok)
+    start, info = policy_start(plan.start_recipe, plan.start_seed(0), plan.task, tok)
     assert info["cached"], info  # the suite's own warm start, not a new one
     return plan, start, tok
 

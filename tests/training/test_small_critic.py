@@ -170,7 +170,7 @@ def test_spec_errors_name_the_key():
 def test_a_tiny_spec_is_warm_started_and_cached(tmp_path):
     from benchmarks.config import compose_config
     from benchmarks.suite.plan import validate
-    from benchmarks.training.critic_model import load_critic_base
+    from benchmarks.training.start import critic_start, policy_start
 
     overrides = [
         *MICRO,
@@ -183,15 +183,13 @@ def test_a_tiny_spec_is_warm_started_and_cached(tmp_path):
     plan = validate(compose_config(overrides))
     value = plan.trainer["sppo"].critic_model
     assert dict(value) == {"hidden_size": 32, "intermediate_size": 64, "num_heads": 2}
-    from benchmarks.suite.run_one import load_start_model
-
     tok = build_char_tokenizer(plan.task.alphabet)
-    a = load_critic_base(plan, value, 0, plan.task, tok)
-    b = load_critic_base(plan, value, 0, plan.task, tok)
+    a = critic_start(plan.start_recipe, value, 0, plan.task, tok)
+    b = critic_start(plan.start_recipe, value, 0, plan.task, tok)
     assert a.config.hidden_size == 32 and a.config.num_attention_heads == 2
     for p, q in zip(a.parameters(), b.parameters(), strict=True):
         assert torch.equal(p, q)  # the second one is the cache's
-    policy, _ = load_start_model(plan, 0, plan.task, tok)
+    policy, _ = policy_start(plan.start_recipe, 0, plan.task, tok)
     assert policy.config.hidden_size != 32
     assert len(list((tmp_path / "warmstart").iterdir())) == 2  # its own cache entry
     with pytest.raises(ConfigError, match=r"trainer.critic_model.hidden_size=33"):
