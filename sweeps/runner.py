@@ -523,7 +523,7 @@ def _prepare(
     :class:`SpecError` without leaving a storage, a study or an MLflow run behind.
     """
     from benchmarks.config import compose_config
-    from benchmarks.suite.preflight import PreflightError, check_tracking_uri
+    from benchmarks.telemetry.store import PreflightError, check_tracking_uri
     from benchmarks.telemetry.tracking import default_tracking_uri
 
     if extra_overrides:

@@ -21,9 +21,8 @@ PACKAGES = ("algorithms", "benchmarks", "sweeps", "analysis")
 LAYERS: tuple[tuple[str, ...], ...] = (
     # pure tensor functions and their configs: they know no model, file or harness
     ("algorithms",),
-    # services every layer uses: metric names, meter, tracking and store checks; fault
-    # injection; composing the Hydra config tree
-    ("benchmarks.telemetry", "benchmarks.faults", "benchmarks.config"),
+    # services every layer uses: metric names, meter, tracking and store checks; fault injection
+    ("benchmarks.telemetry", "benchmarks.faults"),
     # what a model learns and how an answer is graded; analysis reads finished runs from MLflow
     ("benchmarks.tasks", "analysis"),
     # generating and scoring a policy's tokens
@@ -32,6 +31,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("benchmarks.evaluation",),
     # models and their warm starts, the trainer, its checkpoints
     ("benchmarks.training",),
+    # composing the Hydra config tree, whose trainer node is TrainerConfig's declared fields
+    ("benchmarks.config",),
     # a validated suite of runs over the trainer; the engines' and trainer's speed benchmarks
     ("benchmarks.suite", "benchmarks.bench"),
     # a suite's plan translated for verl
