@@ -274,7 +274,7 @@ def _algorithm(
     if alg.critic == "none" and any(v is not None for v in critic.values()):
         raise ConfigError(f"algorithm.{name}.critic={critic}: {name} trains no critic")
     trainer = _trainer_config(cfg, name, trainer_base, critic, actor_lr, critic_lr)
-    _check_samples_per_step(name, alg, trainer)
+    trainer.check_algorithm(name, alg.samples_per_prompt)
     return alg, trainer
 
 
@@ -307,19 +307,12 @@ def _trainer_config(
     try:
         return TrainerConfig(**{**trainer_base, **own}, **lrs)
     except ConfigError as e:
-        if not own:
+        # A value the algorithm's own critic settings gave is named where it was set.
+        key = next((k for k in own if str(e).startswith(f"trainer.{k}=")), None)
+        if key is None:
             raise
-        raise ConfigError(str(e).replace("trainer.critic_", f"algorithm.{name}.critic.")) from e
-
-
-def _check_samples_per_step(name: str, alg: Algorithm, trainer: TrainerConfig) -> None:
-    """Every step samples whole groups: ``trainer.samples_per_step`` is a multiple of the
-    algorithm's samples per prompt."""
-    if trainer.samples_per_step % alg.samples_per_prompt:
-        raise ConfigError(
-            f"trainer.samples_per_step={trainer.samples_per_step} must be a multiple of "
-            f"{name}'s samples per prompt ({alg.samples_per_prompt})"
-        )
+        where = f"algorithm.{name}.critic.{key.removeprefix('critic_')}"
+        raise ConfigError(str(e).replace(f"trainer.{key}", where, 1)) from e
 
 
 def _budget(cfg: Any) -> Budget:

@@ -69,3 +69,26 @@ def test_the_start_recipe_carries_the_plan_s_settings(tmp_path):
     assert recipe.warm_starts(plan.task)
     off = validate(compose_config([*MICRO, "warmstart.enabled=false"])).start_recipe
     assert not off.warm_starts(plan.task)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        # ppo sets critic settings of its own (algorithm.ppo.critic.head_init), not epochs: a bad
+        # trainer.critic_epochs is the user's trainer value and is named as such
+        (["algorithm=[ppo]", "trainer.critic_epochs=0"], "trainer.critic_epochs=0"),
+        (["algorithm=[ppo]", "algorithm.ppo.critic.epochs=0"], "algorithm.ppo.critic.epochs=0"),
+        (["algorithm=[sppo]", "algorithm.sppo.critic.warmup_steps=-1"], "algorithm.sppo.critic"),
+    ],
+)
+def test_a_bad_critic_setting_is_named_where_it_was_set(overrides, named):
+    with pytest.raises(ConfigError) as e:
+        validate(compose_config([*MICRO, *overrides]))
+    assert str(e.value).startswith(named), str(e.value)
+
+
+def test_samples_per_step_must_hold_whole_groups():
+    with pytest.raises(
+        ConfigError, match=r"trainer.samples_per_step=64 must be a multiple of rloo"
+    ):
+        validate(compose_config([*MICRO, "algorithm=[rloo]", "trainer.samples_per_step=64"]))
