@@ -177,8 +177,8 @@ def _old_trainer_state(t: RLTrainer) -> dict:
     return {
         "policy": t.policy.state_dict(),
         "optimizer": t.opt.state_dict(),
-        "critic": None if t.critic is None else t.critic.state_dict(),
-        "critic_optimizer": None if t.critic is None else t.critic_opt.state_dict(),
+        "critic": None if t.critic is None else t.critic.model.state_dict(),
+        "critic_optimizer": None if t.critic is None else t.critic.opt.state_dict(),
         "reference_fingerprint": 0.0
         if ref is None
         else float(sum(p.detach().double().abs().sum() for p in ref.parameters())),
@@ -192,7 +192,7 @@ def _old_trainer_state(t: RLTrainer) -> dict:
         "step": t.step,
         "skipped": t.skipped,
         "consecutive_skips": t._consecutive_skips,
-        "eval_idx": t._eval_idx,
+        "eval_idx": t.evaluator.index,
         "step_cost": t._step_cost,
         "evals": [(f, dataclasses.asdict(r)) for f, r in t.evals],
     }
