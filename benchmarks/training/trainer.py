@@ -15,7 +15,8 @@ one :meth:`RLTrainer.state_dict` and every sampling seed is a function of (seed,
 
 The trainer owns the loop and the policy's update; the critic's model, optimizer and update are a
 :class:`~benchmarks.training.critic.Critic`, evaluation at the budget's fractions a
-:class:`~benchmarks.evaluation.trainer_evals.TrainingEvaluator`.
+:class:`~benchmarks.evaluation.trainer_evals.TrainingEvaluator`, and a
+:class:`~benchmarks.training.checkpoint.Checkpointer` saves and gives back the trainer's state.
 """
 
 from __future__ import annotations
@@ -42,13 +43,12 @@ from benchmarks.telemetry import metrics as M
 from benchmarks.telemetry.memory import component_metrics, module_memory
 from benchmarks.telemetry.meter import Budget, ComputeMeter, FlopModel
 from benchmarks.telemetry.tracking import NullTracker, Tracker
+from benchmarks.training.checkpoint import Checkpointer
 from benchmarks.training.config import TrainerConfig
 from benchmarks.training.critic import Critic, rollout_flops
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
-
-    from benchmarks.training.checkpoint import Checkpointer
 
 log = logging.getLogger(__name__)
 
@@ -296,9 +296,9 @@ class RLTrainer:
         """Train until the budget is spent; returns (budget fraction, eval) pairs."""
         self.meter.memory.start()
         try:
-            state = self.checkpointer.load() if self.checkpointer is not None else None
+            state = self.checkpointer.resume() if self.checkpointer is not None else None
             if state is not None:
-                self.checkpointer.restore(self, state)
+                self.load_state_dict(state)
             # Each (metric, step) is logged once: a step's evaluation is logged with the step's
             # own metrics, after it, so the compute counters carry the evaluation's time too.
             # {} after a restore (the evaluations are restored too)
@@ -317,7 +317,7 @@ class RLTrainer:
                 evals = self.evaluator.maybe_eval(self.engine, self.step, last=not self._fits())
                 self._log({**stats, **evals})
                 if self.checkpointer is not None:
-                    self.checkpointer.after_step(self)
+                    self.checkpointer.after_step(self.alg.name, self.step, self.state_dict)
             if not self.evals or self.evals[-1][0] < 1.0:  # not even one step fitted the budget
                 self._log(self.evaluator.maybe_eval(self.engine, self.step, last=True))
         finally:

@@ -44,13 +44,13 @@ class SaveAt:
     def __init__(self, step: int) -> None:
         self.step, self.data = step, None
 
-    def load(self):
+    def resume(self):
         return None
 
-    def after_step(self, trainer) -> None:
-        if trainer.step == self.step:
+    def after_step(self, name, step, state_dict) -> None:
+        if step == self.step:
             buf = io.BytesIO()
-            torch.save(trainer.state_dict(), buf)
+            torch.save(state_dict(), buf)
             self.data = buf.getvalue()
 
 
