@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
@@ -226,7 +226,7 @@ class TrainingEvaluator:
         prompt critic's per-prompt table artifact too. The samples' seed depends on the run's
         seed only, so every evaluation point asks the same prompts with the same draws."""
         cfg = self.cfg
-        probs: Sequence = list(self.task.eval_problems()[: cfg.calibration_prompts])
+        probs = list(self.task.eval_problems()[: cfg.calibration_prompts])
         k = cfg.calibration_samples
         with self.meter.phase("eval"):
             ro = engine.generate(

@@ -56,17 +56,16 @@ class Critic:
         algorithm: Algorithm,
         config: TrainerConfig,
         meter: ComputeMeter,
-        vocab_size: int,
+        tokenizer_size: int,
     ) -> None:
         vocab = getattr(base.config, "vocab_size", None)
-        if vocab is not None and vocab < vocab_size:
+        if vocab is not None and vocab < tokenizer_size:
             raise ConfigError(
                 f"trainer.critic_model: the critic's vocabulary ({vocab} tokens) is smaller "
-                f"than the policy's tokenizer ({vocab_size}); the critic must share the "
+                f"than the policy's tokenizer ({tokenizer_size}); the critic must share the "
                 "policy's tokenizer"
             )
-        self.kind = algorithm.critic  # "prompt" or "token"
-        self.value_loss = algorithm.value_loss
+        self.alg, self.kind = algorithm, algorithm.critic  # kind: "prompt" or "token"
         self.cfg, self.meter = config, meter
         self.model = ValueModel(base)
         lr = config.critic_lr if config.critic_lr is not None else algorithm.critic_lr
@@ -119,7 +118,7 @@ class Critic:
         failed = None
         with self.meter.phase("critic", flops=3 * self.flops(sub)):  # forward + backward
             v = self.values(sub)
-            vloss, vm = self.value_loss(v, returns, sub.response_mask, old_values)
+            vloss, vm = self.alg.value_loss(v, returns, sub.response_mask, old_values)
             if torch.isfinite(vloss):
                 self.opt.zero_grad(set_to_none=True)
                 vloss.backward()

@@ -266,7 +266,7 @@ class RLTrainer:
                 algorithm=algorithm,
                 config=config,
                 meter=self.meter,
-                vocab_size=len(tokenizer),
+                tokenizer_size=len(tokenizer),
             )
         self.evaluator = TrainingEvaluator(
             name=algorithm.name,
