@@ -7,8 +7,10 @@ counters, the evaluations so far, a fingerprint of the frozen reference model, w
 from the shared warm start, then checked, and the state an algorithm carries between steps, such
 as SPO's per-prompt tracker, under ``"algorithm"`` when it has any), with the process-wide random
 generators (torch, Python, NumPy) beside it under ``"rng"``, and the MLflow run it belongs to.
-This module moves those dicts and never reads inside the trainer's (or the algorithm's): the
-trainer alone knows what its state is.
+This module moves those dicts and never knows the trainer: it reads only the step a state was
+saved at (to know which points of the history it covers); the trainer alone knows what its state
+is, and asks for it to be saved (:meth:`Checkpointer.after_step`) and given back
+(:meth:`Checkpointer.resume`).
 
 Written every ``trainer.checkpoint_every`` steps, after the step's metrics and evaluation are
 logged: to a temporary file, fsync'ed, then ``os.replace``'d over the previous one, so a kill
@@ -19,8 +21,8 @@ was written. Steps after it may have been logged, wholly or partly, before the k
 they are recomputed from the checkpoint (identical values: every generator is restored and the
 step's sampling seeds are functions of the step) and :class:`ResumableTracker` drops each point
 whose (key, step) is already in the run's history, counting multiplicity (each (key, step) is
-logged once, but a history written before that rule may hold two). MLflow cannot delete metric points, so "skip what is
-already there" is the only way to make the history exactly that of an uninterrupted run.
+logged once, but an older history may hold two). MLflow cannot delete metric points, so "skip
+what is already there" is the only way to make the history exactly that of an uninterrupted run.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import logging
 import os
 import random
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,8 +44,6 @@ from benchmarks import faults
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
-
-    from benchmarks.training.trainer import RLTrainer
 log = logging.getLogger(__name__)
 
 __all__ = [
@@ -243,38 +243,44 @@ class Checkpointer:
             counts[(key, step)] -= n
         return +counts
 
-    def restore(self, trainer: RLTrainer, state: Mapping[str, Any]) -> None:
+    def resume(self) -> dict[str, Any] | None:
+        """The saved trainer state (as its ``state_dict()`` gave it), or None if there is none.
+        The process-wide generators are set as they were at the save, and the tracker learns
+        which points of the saved step were already logged."""
+        state = self.load()
+        if state is None:
+            return None
         saved = dict(state["trainer"])
-        rng = saved.pop("rng")
-        trainer.load_state_dict(saved)
-        set_rng_state(rng)
+        set_rng_state(saved.pop("rng"))
         self._state = None  # free the memory
         if self.tracker is not None:
-            self.tracker.step = trainer.step
+            self.tracker.step = saved["step"]
             self.tracker.at_step = Counter(state["logged_at_step"])
         log.info(
             "%s seed %s: resumed from %s at step %d",
             self.meta.get("algorithm"),
             self.meta.get("seed"),
             self.path,
-            trainer.step,
+            saved["step"],
         )
+        return saved
 
-    def after_step(self, trainer: RLTrainer) -> None:
-        """Called once per finished step, after its metrics and evaluation are logged."""
-        name = trainer.alg.name
-        faults.maybe_kill(name, trainer.step, "step")
-        if self.every > 0 and trainer.step % self.every == 0:
-            self.save(trainer)
-            faults.maybe_kill(name, trainer.step, "saved")
+    def after_step(self, name: str, step: int, state_dict: Callable[[], Mapping[str, Any]]) -> None:
+        """Called once per finished ``step`` of algorithm ``name``, after its metrics and
+        evaluation are logged; saves ``state_dict()`` every ``every`` steps."""
+        faults.maybe_kill(name, step, "step")
+        if self.every > 0 and step % self.every == 0:
+            self.save(name, step, state_dict())
+            faults.maybe_kill(name, step, "saved")
 
-    def save(self, trainer: RLTrainer) -> None:
-        """Atomically replace the checkpoint. A failed save (e.g. a full disk) keeps the
+    def save(self, name: str, step: int, trainer_state: Mapping[str, Any]) -> None:
+        """Atomically replace the checkpoint with ``trainer_state`` (algorithm ``name`` at
+        ``step``) and the process-wide generators. A failed save (e.g. a full disk) keeps the
         previous one and the run goes on: a resume then recomputes a few more steps."""
         state = {
             "version": _VERSION,
             "meta": self.meta,
-            "trainer": {**trainer.state_dict(), "rng": rng_state()},
+            "trainer": {**trainer_state, "rng": rng_state()},
             "logged_at_step": dict(self.tracker.at_step) if self.tracker is not None else {},
         }
         # Metrics are logged asynchronously: the points up to this step must be in the store
@@ -289,7 +295,7 @@ class Checkpointer:
                 torch.save(state, f)
                 f.flush()
                 os.fsync(f.fileno())
-            faults.maybe_kill(trainer.alg.name, trainer.step, "save")
+            faults.maybe_kill(name, step, "save")
             os.replace(tmp, self.path)
             with contextlib.suppress(OSError):  # make the rename itself durable
                 fd = os.open(self.dir, os.O_RDONLY)
@@ -299,9 +305,7 @@ class Checkpointer:
                     os.close(fd)
         except (OSError, RuntimeError) as e:  # torch.save reports a full disk as RuntimeError
             tmp.unlink(missing_ok=True)
-            log.error(
-                "checkpoint at step %d not saved (%s); keeping the previous one", trainer.step, e
-            )
+            log.error("checkpoint at step %d not saved (%s); keeping the previous one", step, e)
 
     def remove(self) -> None:
         """Delete the checkpoint once its run has FINISHED (nothing left to resume)."""

@@ -111,11 +111,11 @@ def test_trainer_logs_each_component(name):
         ),
     }
     if tr.critic is not None:
-        critic = list(tr.critic.parameters())
+        critic = list(tr.critic.model.parameters())
         expect[component_metric("critic", "params")] = _by_hand(critic)
         expect[component_metric("critic", "grads")] = _by_hand([p.grad for p in critic])
         expect[component_metric("critic", "optimizer")] = _by_hand(
-            [v for s in tr.critic_opt.state.values() for v in s.values()]
+            [v for s in tr.critic.opt.state.values() for v in s.values()]
         )
     if tr.reference is not None:
         expect[component_metric("reference", "params")] = _by_hand(list(tr.reference.parameters()))

@@ -216,18 +216,18 @@ def test_start_success_sets_the_bias_at_the_first_batch(setup):
             calibration_prompts=0,
         )
         seen = []
-        original = tr._init_head
-        tr._init_head = lambda scores, o=original, seen=seen: (
+        original = tr.critic.init_head
+        tr.critic.init_head = lambda scores, o=original, seen=seen: (
             seen.append(float(scores.mean())),
             o(scores),
         )
         tr.train()
         s = seen[0]
         want = math.log(s / (1 - s)) if name == "sppo" else s
-        assert tr._head0[-1].item() == pytest.approx(want, abs=1e-6)
-        assert torch.count_nonzero(tr._head0[:-1]) == 0
+        assert tr.critic.head0[-1].item() == pytest.approx(want, abs=1e-6)
+        assert torch.count_nonzero(tr.critic.head0[:-1]) == 0
         state = tr.state_dict()
-        assert torch.equal(state["critic_head_init"], tr._head0)
+        assert torch.equal(state["critic_head_init"], tr.critic.head0)
 
 
 def test_warmup_setting_overrides_the_algorithms(setup):
@@ -260,8 +260,8 @@ def test_critic_schedule_counts_its_steps_and_keeps_the_actors(setup):
             "sppo", start, tok, task, Budget("samples", SPS), calibration_prompts=0, **cfg
         )
         calls = []
-        original = tr._critic_update
-        tr._critic_update = lambda sub, r, v, o=original: (calls.append(len(r)), o(sub, r, v))[1]
+        original = tr.critic.update
+        tr.critic.update = lambda sub, r, v, o=original: (calls.append(len(r)), o(sub, r, v))[1]
         tr.train()
         steps.append(calls)
         return tr

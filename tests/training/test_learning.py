@@ -156,7 +156,7 @@ def test_critic_predicts_held_out_success_better_than_a_constant(
         [p.prompt for p in problems], temperature=1.0, top_p=1.0, max_new_tokens=MAX_NEW, seed=99
     )
     rewards = torch.tensor(task.grade(ro.texts, problems).scores)
-    critic = trainer.critic
+    critic = trainer.critic.model
     with torch.no_grad():
         pred = torch.stack(
             [

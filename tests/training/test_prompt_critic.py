@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import torch
 
-import benchmarks.training.trainer as trainer_mod
+import benchmarks.training.critic as critic_mod
 from algorithms import Algorithm
 from algorithms.ppo import PPO
 from algorithms.sppo import SPPO
@@ -120,7 +120,7 @@ def _float64_rmsnorm(monkeypatch):
 
 def _trainer(alg: Algorithm, start64: Any, tok: Any, task: Any, **cfg: Any) -> RLTrainer:
     trainer = make_trainer(alg, start64, tok, task, Budget(kind="samples", limit=SPS), **cfg)
-    critic = trainer.critic
+    critic = trainer.critic.model
     critic.double()
     with torch.no_grad():  # a head that makes each position's value depend on its hidden state
         critic.head.weight.normal_(generator=torch.Generator().manual_seed(0))
@@ -148,7 +148,9 @@ def test_prompt_critic_value_is_sigmoid_of_the_last_prompt_token(start64, tok, m
     """The logit SPPO's advantage receives for each row is the critic's value at the last token
     of that row's prompt run alone, and the baseline it subtracts is its sigmoid."""
     trainer = _trainer(RecordingSPPO(), start64, tok, mixed)
-    critic0 = copy.deepcopy(trainer.critic)  # the critic as the trainer reads it, before its update
+    critic0 = copy.deepcopy(
+        trainer.critic.model
+    )  # the critic as the trainer reads it, before its update
     trainer.train_step()
     ((_, ro),), (seen,) = trainer.engine.calls, trainer.alg.seen
     _assert_left_padded(ro)
@@ -173,9 +175,9 @@ def test_token_critic_value_before_each_response_token(fast, start64, tok, mixed
     take and through HF's forward."""
     # The shared-prompt path is gated to fp32; lifted for this float64 critic (and kept shut
     # for the HF arm), as tests/training/test_trainer.py does.
-    monkeypatch.setattr(trainer_mod, "supports_backbone", lambda backbone: fast)
+    monkeypatch.setattr(critic_mod, "supports_backbone", lambda backbone: fast)
     trainer = _trainer(RecordingPPO(PPO.Config(critic_warmup_steps=1)), start64, tok, mixed)
-    critic0 = copy.deepcopy(trainer.critic)
+    critic0 = copy.deepcopy(trainer.critic.model)
     trainer.train_step()
     ((_, ro),), (seen,) = trainer.engine.calls, trainer.alg.seen
     _assert_left_padded(ro)
@@ -227,7 +229,7 @@ def test_calibration_table_is_the_critic_against_the_empirical_success(start64, 
         want = [
             torch.sigmoid(
                 _alone(
-                    trainer.critic,
+                    trainer.critic.model,
                     tok(p.prompt, return_tensors="pt", add_special_tokens=False)["input_ids"][0],
                 )[-1]
             ).item()

@@ -44,13 +44,13 @@ class SaveAt:
     def __init__(self, step: int) -> None:
         self.step, self.data = step, None
 
-    def load(self):
+    def resume(self):
         return None
 
-    def after_step(self, trainer) -> None:
-        if trainer.step == self.step:
+    def after_step(self, name, step, state_dict) -> None:
+        if step == self.step:
             buf = io.BytesIO()
-            torch.save(trainer.state_dict(), buf)
+            torch.save(state_dict(), buf)
             self.data = buf.getvalue()
 
 
@@ -99,18 +99,20 @@ def test_the_small_critic_trains_and_its_flops_are_its_own(setup, name):
         return inner(p, **kw)
 
     tr.engine.generate = generate
-    before = [p.detach().clone() for p in tr.critic.parameters()]
+    before = [p.detach().clone() for p in tr.critic.model.parameters()]
     tr.train()
-    assert tr.critic.config.hidden_size == SMALL.hidden_size
-    assert tr.critic_fm == FlopModel.from_config(tr.critic.config) != tr.fm
-    assert any(not torch.equal(a, b) for a, b in zip(before, tr.critic.parameters(), strict=True))
+    assert tr.critic.model.config.hidden_size == SMALL.hidden_size
+    assert tr.critic.fm == FlopModel.from_config(tr.critic.model.config) != tr.fm
+    assert any(
+        not torch.equal(a, b) for a, b in zip(before, tr.critic.model.parameters(), strict=True)
+    )
     if name == "sppo":  # the prompt critic: a forward over each prompt, then forward + backward
         (train,) = prompts
         lens = [len(p) for p in train]
-        want = 4 * sum(tr.critic_fm.forward(n, 0, logits=1, head=False) for n in lens)
+        want = 4 * sum(tr.critic.fm.forward(n, 0, logits=1, head=False) for n in lens)
         assert tr.meter.flops["critic"] == want
     mem = tr.memory_metrics()
-    small_params = sum(p.numel() * 4 for p in tr.critic.parameters())
+    small_params = sum(p.numel() * 4 for p in tr.critic.model.parameters())
     assert mem["memory/critic/params_bytes"] == small_params < mem["memory/policy/params_bytes"]
 
 
@@ -136,7 +138,7 @@ def test_it_resumes_bit_identically(setup):
         ]
 
     assert steady(again_tracker.history) == steady(full_tracker.history)
-    for a, b in zip(again.critic.parameters(), full.critic.parameters(), strict=True):
+    for a, b in zip(again.critic.model.parameters(), full.critic.model.parameters(), strict=True):
         assert torch.equal(a, b)
     for a, b in zip(again.policy.parameters(), full.policy.parameters(), strict=True):
         assert torch.equal(a, b)

@@ -223,7 +223,7 @@ def test_critic_is_a_fresh_value_model(name, kind, start, tok, arith):
     if kind == "none":
         assert trainer.critic is None
         return
-    critic = trainer.critic
+    critic = trainer.critic.model
     assert isinstance(critic, ValueModel)
     assert (
         torch.count_nonzero(critic.head.weight) == 0 and torch.count_nonzero(critic.head.bias) == 0
@@ -238,7 +238,7 @@ def test_critic_is_a_fresh_value_model(name, kind, start, tok, arith):
     # Zero head: every value starts at exactly 0, shaped as the algorithm expects.
     ro = trainer.engine.generate(["1+2=", "3*4="], temperature=1.0, max_new_tokens=5, seed=0)
     with torch.no_grad():
-        v = trainer._critic_values(ro)
+        v = trainer.critic.values(ro)
     assert v.shape == ((2,) if kind == "prompt" else tuple(ro.response_ids.shape))
     assert torch.count_nonzero(v) == 0
 
@@ -250,13 +250,13 @@ def test_token_critic_fast_path_gives_hf_values_and_gradients(start, tok, arith,
     in fp32 the two paths' gradients (sums over every position of products through the model)
     differ by CPU kind (1.06e-4 in one element on an Intel Xeon); in float64 by ~1e-15 of their
     scale."""
-    import benchmarks.training.trainer as trainer_mod
+    import benchmarks.training.critic as critic_mod
     from benchmarks.engines.fastdecode import supports_backbone
 
     trainer = make_trainer(
         "ppo", start, tok, arith, Budget(kind="samples", limit=SPS), length_buckets=2
     )
-    critic = trainer.critic
+    critic = trainer.critic.model
     assert supports_backbone(critic.backbone)  # the fp32 critic takes the fast path
     with torch.no_grad():  # a non-zero head, so the values depend on the hidden states
         critic.head.weight.normal_(generator=torch.Generator().manual_seed(0))
@@ -272,9 +272,9 @@ def test_token_critic_fast_path_gives_hf_values_and_gradients(start, tok, arith,
     got = {}
     for name in ("fast", "hf"):
         fast = name == "fast"  # the fast arm gets the float64 critic past the fp32 gate
-        monkeypatch.setattr(trainer_mod, "supports_backbone", lambda backbone, fast=fast: fast)
+        monkeypatch.setattr(critic_mod, "supports_backbone", lambda backbone, fast=fast: fast)
         critic.zero_grad(set_to_none=True)
-        v = trainer._critic_values(ro)
+        v = trainer.critic.values(ro)
         assert v.dtype == torch.float64
         (v * ro.response_mask).pow(2).sum().backward()
         got[name] = (v.detach(), [p.grad.clone() for p in critic.parameters()])
@@ -325,7 +325,7 @@ def test_critic_trains_apart_from_the_policy(start, tok, dense):
     pos = (full.cumsum(-1) - 1).clamp(min=0).long()
     P, T = ro.prompt_ids.shape[1], ro.response_ids.shape[1]
     with torch.no_grad():
-        values = trainer.critic(ids, full.long(), pos)[:, P - 1 : P - 1 + T]
+        values = trainer.critic.model(ids, full.long(), pos)[:, P - 1 : P - 1 + T]
     after = 0.5 * ((values - returns) ** 2 * mask).sum() / mask.sum()
     assert after < 0.95 * before, (float(after), float(before))  # observed 0.81
     trainer.step += 1

@@ -322,7 +322,7 @@ def test_the_nan_loss_fault_hits_its_algorithm_and_step_only(
 @pytest.mark.parametrize("model", ["policy", "critic"])
 def test_a_non_finite_gradient_norm_skips_the_optimizer_step(model, start, tok, dense, caplog):
     trainer = make_trainer("sppo", start, tok, dense, BUDGET)
-    module = trainer.policy if model == "policy" else trainer.critic
+    module = trainer.policy if model == "policy" else trainer.critic.model
     for p in module.parameters():
         p.register_hook(lambda g: torch.full_like(g, float("inf")))
     before = [p.detach().clone() for p in module.parameters()]
@@ -344,11 +344,12 @@ class _NaNCritic(SPPO):
 
 def test_a_non_finite_critic_loss_skips_the_critic_step(start, tok, dense, caplog):
     trainer = make_trainer(_NaNCritic(), start, tok, dense, BUDGET)
-    critic_before = [p.detach().clone() for p in trainer.critic.parameters()]
+    critic_before = [p.detach().clone() for p in trainer.critic.model.parameters()]
     caplog.set_level(logging.WARNING, logger="benchmarks.training.trainer")
     stats = trainer.train_step()
     assert all(
-        torch.equal(p, q) for p, q in zip(trainer.critic.parameters(), critic_before, strict=True)
+        torch.equal(p, q)
+        for p, q in zip(trainer.critic.model.parameters(), critic_before, strict=True)
     )
     assert M.CRITIC_GRAD_NORM not in stats and M.TRAIN_GRAD_NORM in stats  # the actor stepped
     assert trainer.skipped == 1

@@ -100,18 +100,18 @@ def deterministic(history, after: int = -1):
 
 class SaveAt:
     """A checkpointer that serialises ``write(trainer)`` at one step (as torch.save would to a
-    file) and never restores."""
+    file) and never restores; ``trainer`` is set once the trainer is built."""
 
     def __init__(self, step: int, write) -> None:
-        self.step, self.write, self.data = step, write, None
+        self.step, self.write, self.data, self.trainer = step, write, None, None
 
-    def load(self):
+    def resume(self):
         return None
 
-    def after_step(self, trainer) -> None:
-        if trainer.step == self.step:
+    def after_step(self, name, step, state_dict) -> None:
+        if step == self.step:
             buf = io.BytesIO()
-            torch.save(self.write(trainer), buf)
+            torch.save(self.write(self.trainer), buf)
             self.data = buf.getvalue()
 
     def read(self):
@@ -121,6 +121,7 @@ class SaveAt:
 def uninterrupted(name, start, tok, task, write):
     tracker, saver = NullTracker(), SaveAt(SAVE_AT, write)
     trainer = make(name, start, tok, task, tracker=tracker, checkpointer=saver)
+    saver.trainer = trainer
     trainer.train()
     assert trainer.step >= SAVE_AT + 2 and saver.data is not None
     return trainer, deterministic(tracker.history, after=SAVE_AT), saver
@@ -177,8 +178,8 @@ def _old_trainer_state(t: RLTrainer) -> dict:
     return {
         "policy": t.policy.state_dict(),
         "optimizer": t.opt.state_dict(),
-        "critic": None if t.critic is None else t.critic.state_dict(),
-        "critic_optimizer": None if t.critic is None else t.critic_opt.state_dict(),
+        "critic": None if t.critic is None else t.critic.model.state_dict(),
+        "critic_optimizer": None if t.critic is None else t.critic.opt.state_dict(),
         "reference_fingerprint": 0.0
         if ref is None
         else float(sum(p.detach().double().abs().sum() for p in ref.parameters())),
@@ -192,7 +193,7 @@ def _old_trainer_state(t: RLTrainer) -> dict:
         "step": t.step,
         "skipped": t.skipped,
         "consecutive_skips": t._consecutive_skips,
-        "eval_idx": t._eval_idx,
+        "eval_idx": t.evaluator.index,
         "step_cost": t._step_cost,
         "evals": [(f, dataclasses.asdict(r)) for f, r in t.evals],
     }
@@ -220,7 +221,7 @@ def test_a_checkpoint_in_the_old_layout_still_resumes(name, start, tok, task, tm
 def test_a_checkpoint_keeps_its_layout(start, tok, task, tmp_path):
     """What :class:`Checkpointer` writes now has exactly the keys the old code wrote."""
     trainer = make("ppo", start, tok, task)
-    Checkpointer(tmp_path, 1, META).save(trainer)
+    Checkpointer(tmp_path, 1, META).save("ppo", trainer.step, trainer.state_dict())
     state = torch.load(tmp_path / Checkpointer.FILE, map_location="cpu", weights_only=True)
     assert set(state) == {"version", "meta", "trainer", "logged_at_step"}
     assert set(state["trainer"]) == LAYOUT

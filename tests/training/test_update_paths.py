@@ -270,14 +270,14 @@ def _trainer(alg: Algorithm, start64: Any, tok: Any, task: Any, **cfg: Any) -> R
         **cfg,
     )
     if trainer.critic is not None:
-        trainer.critic.double()  # a fresh fp32 head; .double() keeps the optimizer's tensors
+        trainer.critic.model.double()  # a fresh fp32 head; .double() keeps the optimizer's tensors
     trainer.engine = RecordingEngine(trainer.engine)
     return trainer
 
 
 def _one_step(trainer: RLTrainer) -> tuple[torch.nn.Module, torch.nn.Module | None, Rollout]:
     policy0 = copy.deepcopy(trainer.policy)
-    critic0 = copy.deepcopy(trainer.critic)
+    critic0 = None if trainer.critic is None else copy.deepcopy(trainer.critic.model)
     trainer.train_step()
     (ro,) = trainer.engine.rollouts
     assert (ro.prompt_mask == 0).any() and ro.lengths.min() < ro.lengths.max()  # real padding
@@ -304,11 +304,11 @@ def test_step_equals_hand_written_update(name, mini_batches, epochs, start64, to
     # As many optimizer steps as mini-batches times epochs, for the policy and the critic.
     assert _adam_steps(trainer.opt) == {float(mini_batches * epochs)}
     if trainer.critic is not None:
-        assert _adam_steps(trainer.critic_opt) == {float(mini_batches * epochs)}
+        assert _adam_steps(trainer.critic.opt) == {float(mini_batches * epochs)}
     policy, critic = _hand_update(trainer, policy0, critic0, start64, ro)
     _assert_same_update(trainer.policy, policy, policy0)
     if critic is not None:
-        _assert_same_update(trainer.critic, critic, critic0)
+        _assert_same_update(trainer.critic.model, critic, critic0)
 
 
 def test_ppo_kl_in_reward_has_the_penalty_sign(start64, tok, mixed):
@@ -323,18 +323,18 @@ def test_ppo_kl_in_reward_has_the_penalty_sign(start64, tok, mixed):
         for p in trainer.policy.parameters():
             p.add_(0.05 * torch.randn(p.shape, generator=g, dtype=p.dtype))
     policy0, critic0, ro = _one_step(trainer)
-    assert _adam_steps(trainer.opt) == _adam_steps(trainer.critic_opt) == {4.0}
+    assert _adam_steps(trainer.opt) == _adam_steps(trainer.critic.opt) == {4.0}
     with torch.no_grad():  # the penalty is not negligible next to the outcome reward
         kl = (_logprobs(policy0, ro) - _logprobs(start64, ro)) * ro.response_mask
     assert alg.config.kl_coef * kl.sum(-1).abs().mean() > 0.1
 
     policy, critic = _hand_update(trainer, policy0, critic0, start64, ro)
     _assert_same_update(trainer.policy, policy, policy0)
-    _assert_same_update(trainer.critic, critic, critic0)
+    _assert_same_update(trainer.critic.model, critic, critic0)
     flipped, flipped_critic = _hand_update(trainer, policy0, critic0, start64, ro, kl_sign=-1.0)
     # The opposite sign lands elsewhere, by far more than the tolerance above.
     assert _max_gap(trainer.policy, flipped, policy0) > 1e3 * F64_SAME_MATH
-    assert _max_gap(trainer.critic, flipped_critic, critic0) > 1e3 * F64_SAME_MATH
+    assert _max_gap(trainer.critic.model, flipped_critic, critic0) > 1e3 * F64_SAME_MATH
 
 
 @pytest.mark.parametrize("estimator", ["k1", "k3"])

@@ -1,0 +1,67 @@
+"""``TrainingEvaluator.maybe_eval``: which budget fractions a run evaluates at, without a model.
+
+The evaluation itself is recorded instead of run; the trainer's tests (tests/training/) run it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from benchmarks.evaluation.evaluate import EvalResult
+from benchmarks.evaluation.trainer_evals import TrainingEvaluator
+from benchmarks.telemetry.meter import Budget, ComputeMeter
+from benchmarks.telemetry.tracking import NullTracker
+
+
+class Recording(TrainingEvaluator):
+    """Records the fractions it is asked to evaluate at instead of evaluating."""
+
+    def __init__(self, budget: Budget, meter: ComputeMeter) -> None:
+        super().__init__(
+            name="grpo",
+            task=None,
+            policy=None,
+            tokenizer=None,
+            config=None,
+            budget=budget,
+            meter=meter,
+            tracker=NullTracker(),
+            seed=0,
+            on_progress=lambda f, m: None,
+            on_eval=lambda f, r: None,
+        )
+        self.asked: list[tuple[int, float]] = []
+
+    def evaluate(self, engine, step: int, fraction: float) -> dict[str, float]:
+        self.asked.append((step, fraction))
+        self.evals.append((fraction, EvalResult(accuracy=0.5, se=0.1, n=4)))
+        return {"eval/fraction": fraction}
+
+
+@pytest.fixture
+def evaluator() -> Recording:
+    return Recording(Budget("samples", 100, (0.0, 0.25, 0.5, 1.0)), ComputeMeter())
+
+
+def test_each_fraction_is_evaluated_once_when_the_budget_crosses_it(evaluator):
+    assert evaluator.maybe_eval(None, 0, force_first=True) == {"eval/fraction": 0.0}
+    assert evaluator.maybe_eval(None, 1) == {}  # nothing spent: 0.0 is behind
+    evaluator.meter.samples = 30
+    assert evaluator.maybe_eval(None, 2) == {"eval/fraction": 0.25}
+    assert evaluator.maybe_eval(None, 3) == {}
+    evaluator.meter.samples = 100
+    evaluator.maybe_eval(None, 4)
+    assert evaluator.asked == [(0, 0.0), (2, 0.25), (4, 1.0)]  # 0.5 and 1.0 crossed at once
+    assert evaluator.index == 4
+
+
+def test_the_last_step_evaluates_as_the_budgets_end(evaluator, caplog):
+    evaluator.meter.samples = 30
+    with caplog.at_level(logging.WARNING, logger="benchmarks.evaluation.trainer_evals"):
+        evaluator.maybe_eval(None, 1, last=True)
+    assert evaluator.asked == [(1, 1.0)]  # crossed 0.0 and 0.25; the end is evaluated, once
+    assert "eval fractions [0.5] were not reached" in caplog.text
+    assert evaluator.index == 4
+    assert evaluator.maybe_eval(None, 2) == {}  # every fraction is behind
