@@ -78,7 +78,7 @@ class OurStepper:
         dt = time.perf_counter() - t0
         tr.step += 1
         t1 = time.perf_counter()
-        tr._log(stats)  # what the suite does after every step (tracking measured apart)
+        tr.log_step(stats)  # what the suite does after every step (tracking measured apart)
         self.log_s = time.perf_counter() - t1
         out = {f"phase {k}": tr.meter.wall[k] - wall0[k] for k in wall0 if k != "eval"}
         out = {k: v for k, v in out.items() if v > 0}

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from algorithms import Algorithm, ConfigError
+from algorithms import Algorithm
 from algorithms.common import kl_penalty
 from benchmarks import faults
 from benchmarks.engines.rollout import Rollout, RolloutEngine
@@ -241,12 +241,7 @@ class RLTrainer:
         self.budget, self.cfg, self.seed = budget, config, seed
         self.tracker = tracker or NullTracker()
         self.on_progress = on_progress or (lambda f, m: None)
-        n = algorithm.samples_per_prompt
-        if config.samples_per_step % n:
-            raise ConfigError(
-                f"trainer.samples_per_step={config.samples_per_step} must be a multiple of "
-                f"{algorithm.name}'s samples per prompt ({n})"
-            )
+        config.check_algorithm(algorithm.name, algorithm.samples_per_prompt)
         torch.manual_seed(seed)
         algorithm.reset_state()  # an algorithm object may be reused across runs (seeds)
         self.engine = engine_factory(policy)
@@ -304,7 +299,7 @@ class RLTrainer:
             # {} after a restore (the evaluations are restored too)
             first = self.evaluator.maybe_eval(self.engine, self.step, force_first=True)
             if first:
-                self._log(first)
+                self.log_step(first)
             while self._fits():
                 before = self.budget.spent(self.meter)
                 self.meter.trace_memory = self.step == self.memory_profile_step
@@ -315,11 +310,11 @@ class RLTrainer:
                 self._step_cost = max(self._step_cost, self.budget.spent(self.meter) - before)
                 self.step += 1
                 evals = self.evaluator.maybe_eval(self.engine, self.step, last=not self._fits())
-                self._log({**stats, **evals})
+                self.log_step({**stats, **evals})
                 if self.checkpointer is not None:
                     self.checkpointer.after_step(self.alg.name, self.step, self.state_dict)
             if not self.evals or self.evals[-1][0] < 1.0:  # not even one step fitted the budget
-                self._log(self.evaluator.maybe_eval(self.engine, self.step, last=True))
+                self.log_step(self.evaluator.maybe_eval(self.engine, self.step, last=True))
         finally:
             self.meter.memory.stop()
         return self.evals
@@ -704,7 +699,9 @@ class RLTrainer:
         self.evaluator.evals = [(f, EvalResult(**r)) for f, r in state["evals"]]
         self.alg.load_state_dict(state.get("algorithm", {}))
 
-    def _log(self, stats: dict[str, float]) -> None:
+    def log_step(self, stats: dict[str, float]) -> None:
+        """Log a step's metrics with the meter's counters and the components' memory, so every
+        point of every metric shares the step's compute coordinates."""
         m = {**stats, **self.meter.metrics(), **self.memory_metrics()}
         self.tracker.log_metrics(m, step=self.step)
         self.on_progress(self.budget.fraction(self.meter), {})

@@ -75,6 +75,16 @@ def test_same_seed_same_history(name, start, tok, dense):
     assert h0 != h2  # a different seed changes the run: the comparison can fail
 
 
+def test_a_batch_of_partial_groups_is_refused_before_any_compute(start, tok, dense):
+    """A trainer built directly (sweeps, tests, the bench) checks what the plan checks: every
+    step samples whole groups."""
+    from algorithms import ConfigError
+
+    budget = Budget(kind="samples", limit=4 * SPS, eval_fractions=(1.0,))
+    with pytest.raises(ConfigError, match=r"samples_per_step=10 must be a multiple of rloo's"):
+        make_trainer("rloo", start, tok, dense, budget, samples_per_step=10)
+
+
 # --- (b) every algorithm ----------------------------------------------------------------------
 
 
