@@ -36,6 +36,7 @@ MUTANTS = REPO / "mutants"
 DOC = REPO / "docs" / "mutation.md"
 
 TRAINER = "benchmarks.training.trainer"
+CRITIC = "benchmarks.training.critic"
 _S = "\u01c1"  # mutmut's class separator in mangled names: x<S>Class<S>method
 #: The trainer's step: train_step, _update and everything they call in trainer.py.
 STEP_METHODS = (
@@ -46,25 +47,27 @@ STEP_METHODS = (
     "_rollout",
     "_meter_rollout",
     "_reward",
-    "_kept_batch",
     "_on_policy",
     "_teacher_forced",
-    "_critic_values",
-    "_seq_flops",
-    "_critic_flops",
     "_update",
-    "_critic_update",
     "_actor_update",
     "_count_skip",
 )
+#: What the step calls of the critic (training/critic.py).
+CRITIC_METHODS = ("values", "flops", "update")
 #: mutmut mutant-name patterns (fnmatch) of everything in scope.
 SCOPE: dict[str, tuple[str, ...]] = {
     "algorithms": ("algorithms.*",),
     "trainer step": (
         f"{TRAINER}.x_rollout_logprob_mismatch__mutmut_*",
+        f"{TRAINER}.x__kept_batch__mutmut_*",
+        f"{TRAINER}.x__minibatches__mutmut_*",
+        f"{TRAINER}.x__mean_metrics__mutmut_*",
         f"{TRAINER}.x{_S}PromptStream{_S}take__mutmut_*",
         f"{TRAINER}.x{_S}_Batch{_S}*__mutmut_*",
         *(f"{TRAINER}.x{_S}RLTrainer{_S}{m}__mutmut_*" for m in STEP_METHODS),
+        f"{CRITIC}.x_rollout_flops__mutmut_*",
+        *(f"{CRITIC}.x{_S}Critic{_S}{m}__mutmut_*" for m in CRITIC_METHODS),
     ),
 }
 #: Least share of non-equivalent mutants killed, per scope.
