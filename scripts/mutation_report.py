@@ -37,6 +37,7 @@ DOC = REPO / "docs" / "mutation.md"
 
 TRAINER = "benchmarks.training.trainer"
 CRITIC = "benchmarks.training.critic"
+OPTIM = "benchmarks.training.optim"
 _S = "\u01c1"  # mutmut's class separator in mangled names: x<S>Class<S>method
 #: The trainer's step: train_step, _update and everything they call in trainer.py.
 STEP_METHODS = (
@@ -68,6 +69,7 @@ SCOPE: dict[str, tuple[str, ...]] = {
         *(f"{TRAINER}.x{_S}RLTrainer{_S}{m}__mutmut_*" for m in STEP_METHODS),
         f"{CRITIC}.x_rollout_flops__mutmut_*",
         *(f"{CRITIC}.x{_S}Critic{_S}{m}__mutmut_*" for m in CRITIC_METHODS),
+        f"{OPTIM}.x_guarded_step__mutmut_*",
     ),
 }
 #: Least share of non-equivalent mutants killed, per scope.

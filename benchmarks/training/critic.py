@@ -25,6 +25,7 @@ from benchmarks.telemetry.memory import module_memory
 from benchmarks.telemetry.meter import ComputeMeter, FlopModel
 from benchmarks.training.config import TrainerConfig
 from benchmarks.training.modeling import ValueModel
+from benchmarks.training.optim import guarded_step
 
 log = logging.getLogger(__name__)
 
@@ -115,21 +116,14 @@ class Critic:
         self, sub: Rollout, returns: torch.Tensor, old_values: torch.Tensor | None
     ) -> tuple[dict[str, float], str | None]:
         """One optimizer step; returns its metrics and what was non-finite, if anything."""
-        failed = None
         with self.meter.phase("critic", flops=3 * self.flops(sub)):  # forward + backward
             v = self.values(sub)
             vloss, vm = self.alg.value_loss(v, returns, sub.response_mask, old_values)
-            if torch.isfinite(vloss):
-                self.opt.zero_grad(set_to_none=True)
-                vloss.backward()
-                gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
-                if torch.isfinite(gn):
-                    self.opt.step()
-                    vm[M.CRITIC_GRAD_NORM] = float(gn)
-                else:
-                    failed = "critic gradient norm"
-            else:
-                failed = "critic loss"
+            gn, failed = guarded_step(
+                vloss, self.opt, self.model.parameters(), self.cfg.grad_clip, "critic"
+            )
+            if gn is not None:
+                vm[M.CRITIC_GRAD_NORM] = gn
         return vm, failed
 
     # ------------------------------------------------------------------ the head

@@ -46,6 +46,7 @@ from benchmarks.telemetry.tracking import NullTracker, Tracker
 from benchmarks.training.checkpoint import Checkpointer
 from benchmarks.training.config import TrainerConfig
 from benchmarks.training.critic import Critic, rollout_flops
+from benchmarks.training.optim import guarded_step
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -551,7 +552,6 @@ class RLTrainer:
         log-prob pass); returns its metrics and what was non-finite, if anything."""
         alg, cfg = self.alg, self.cfg
         m = sub.response_mask
-        failed = None
         with self.meter.phase("update", flops=3 * rollout_flops(self.fm, sub)):
             lp, ent = bucketed_logprobs(
                 self.policy,
@@ -569,17 +569,11 @@ class RLTrainer:
                 pm.update(rollout_logprob_mismatch(sub.log_probs, old, m))
             if faults.active("nan_loss", alg.name, self.step):  # tests only
                 loss = loss * float("nan")
-            if torch.isfinite(loss):
-                self.opt.zero_grad(set_to_none=True)
-                loss.backward()
-                gn = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.grad_clip)
-                if torch.isfinite(gn):
-                    self.opt.step()
-                    pm[M.TRAIN_GRAD_NORM] = float(gn)
-                else:
-                    failed = "policy gradient norm"
-            else:
-                failed = "policy loss"
+            gn, failed = guarded_step(
+                loss, self.opt, self.policy.parameters(), cfg.grad_clip, "policy"
+            )
+            if gn is not None:
+                pm[M.TRAIN_GRAD_NORM] = gn
             pm[M.TRAIN_ENTROPY] = float((ent.detach() * m).sum() / m.sum().clamp(min=1))
         return pm, failed
 
