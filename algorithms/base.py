@@ -42,6 +42,7 @@ from algorithms.common import (
 )
 
 __all__ = [
+    "BOUNDS",
     "ENTRY_POINT_GROUP",
     "Algorithm",
     "AlgorithmConfig",
@@ -52,6 +53,7 @@ __all__ = [
     "algorithm_class",
     "check_type",
     "config_field",
+    "field_types",
     "get_algorithm",
     "list_algorithms",
     "register_algorithm",
@@ -81,7 +83,8 @@ class UnknownAlgorithmError(ConfigError, KeyError):
 # Configuration
 # --------------------------------------------------------------------------------------------
 
-_BOUNDS: dict[str, tuple[str, Callable[[float, float], bool]]] = {
+#: ``config_field``'s bound keywords: the symbol a message shows and the test it stands for.
+BOUNDS: dict[str, tuple[str, Callable[[float, float], bool]]] = {
     "ge": (">=", operator.ge),
     "gt": (">", operator.gt),
     "le": ("<=", operator.le),
@@ -114,7 +117,8 @@ def config_field(
 _HINTS: dict[type, dict[str, Any]] = {}
 
 
-def _hints(cls: type) -> dict[str, Any]:
+def field_types(cls: type) -> dict[str, Any]:
+    """A config dataclass's resolved field annotations, read once per class."""
     if cls not in _HINTS:
         try:
             _HINTS[cls] = get_type_hints(cls)
@@ -207,7 +211,7 @@ class AlgorithmConfig:
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
-        hints = _hints(type(self))
+        hints = field_types(type(self))
         for f in dataclasses.fields(self):
             if "help" not in f.metadata or not str(f.metadata["help"]).strip():
                 raise TypeError(
@@ -217,7 +221,7 @@ class AlgorithmConfig:
             object.__setattr__(self, f.name, value)
             if value is None or isinstance(value, bool) or not isinstance(value, int | float):
                 continue
-            for key, (symbol, holds) in _BOUNDS.items():
+            for key, (symbol, holds) in BOUNDS.items():
                 if key in f.metadata and not holds(float(value), float(f.metadata[key])):
                     raise ConfigError(
                         f"{owner}.{f.name}={value!r} is invalid: must be {symbol} {f.metadata[key]}"

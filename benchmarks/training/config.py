@@ -13,15 +13,13 @@ each error names the ``trainer.<field>`` and what it allows.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
-import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, get_args, get_type_hints
+from typing import Any, get_args
 
 from algorithms import ConfigError
-from algorithms.base import check_type, config_field
+from algorithms.base import BOUNDS, check_type, config_field, field_types
 from benchmarks.training.critic_model import check_critic_model
 
 log = logging.getLogger(__name__)
@@ -150,7 +148,7 @@ class TrainerConfig:
     )
 
     def __post_init__(self) -> None:
-        hints = _hints()
+        hints = field_types(TrainerConfig)
         for f in dataclasses.fields(self):
             given, tp = getattr(self, f.name), hints[f.name]
             if tp is not Any:  # critic_model: check_critic_model below
@@ -185,15 +183,6 @@ class TrainerConfig:
         return {f.name: f.metadata["help"] for f in dataclasses.fields(cls)}
 
 
-@functools.cache
-def _hints() -> dict[str, Any]:
-    return get_type_hints(TrainerConfig)
-
-
-_HOLDS = {"ge": operator.ge, "gt": operator.gt, "le": operator.le, "lt": operator.lt}
-_SYMBOLS = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
-
-
 def _allowed(bounds: Mapping[str, Any], nullable: bool) -> str:
     """The declared bounds as a reader writes them: ``>= 1``, ``in (0, 1]``, ``... or null``."""
     low = next((k for k in ("ge", "gt") if k in bounds), None)
@@ -205,7 +194,7 @@ def _allowed(bounds: Mapping[str, Any], nullable: bool) -> str:
         )
     else:
         key = low or high
-        text = f"{_SYMBOLS[key]} {bounds[key]:g}"  # type: ignore[index]
+        text = f"{BOUNDS[key][0]} {bounds[key]:g}"  # type: ignore[index]
     return f"{text} or null" if nullable else text
 
 
@@ -215,7 +204,7 @@ def _check_bounds(f: dataclasses.Field, given: Any, value: Any, nullable: bool) 
     if value is None or isinstance(value, bool) or not isinstance(value, int | float):
         return
     m = f.metadata
-    if all(holds(value, m[key]) for key, holds in _HOLDS.items() if key in m):
+    if all(holds(value, m[key]) for key, (_, holds) in BOUNDS.items() if key in m):
         return
     raise ConfigError(f"trainer.{f.name}={given!r} must be {_allowed(m, nullable)}. {m['help']}")
 
