@@ -266,9 +266,10 @@ def _summary(e: np.ndarray, e_del: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     (K < 2: no item variance). NaN units (no paired data) are left out.
     """
     units = np.isfinite(e).sum(axis=-1)
-    mean = np.nanmean(e, axis=-1) if e.size else np.full(e.shape[:-1], np.nan)
     k = e_del.shape[-1]
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices: no unit, one unit
+        mean = np.nanmean(e, axis=-1) if e.size else np.full(e.shape[:-1], np.nan)
         if k >= 2:
             v_unit = _jackknife(e_del)  # (..., U)
             v_joint = _jackknife(np.nanmean(e_del, axis=-2))  # (..., )
@@ -420,6 +421,9 @@ def linear_intervals(
     *,
     scale: str = "accuracy",
     confidence: float = 0.95,
+    method: str = "t",
+    reps: int = 1000,
+    seed: int | np.random.Generator = 0,
 ) -> Intervals:
     """:func:`horizon_slope` (``horizons`` given) or :func:`final_difference` (None) on arrays,
     batched over leading axes (the simulation's path; the item-table functions call the same).
@@ -427,12 +431,49 @@ def linear_intervals(
     sa, sb: (..., S, G, K) per start, dataset (group) and item fold, the sum over the fold's
     items of a's and b's final score (each a mean over the start's seeds); n: (..., S, G, K) the
     fold's item count. horizons: (G,).
+
+    ``method="t"``: the protocol's interval (module docstring). ``method="bootstrap"``: the
+    alternative it was chosen over, a hierarchical paired percentile bootstrap: each of ``reps``
+    replicates resamples starts with replacement and, independently, the item folds (the same
+    folds for every start and both algorithms), and recomputes the effect; ``se``/``df`` are then
+    the replicates' standard deviation and NaN, and ``p_value`` twice the smaller share of
+    replicates on either side of 0.
     """
     h = None if horizons is None else np.asarray(horizons, float)
+    if method == "bootstrap":
+        return _linear_bootstrap(sa, sb, n, h, scale, confidence, reps, seed)
+    if method != "t":
+        raise ValueError(f"method must be 't' or 'bootstrap', got {method!r}")
     e, e_del = _linear_effects(sa, sb, n, h, scale)
     if e_del.shape[-1] < 2:
         e_del = e_del[..., :0]
     return _intervals(False, e, e_del, confidence, 0)
+
+
+def _linear_bootstrap(sa, sb, n, h, scale, confidence, reps, seed) -> Intervals:
+    rng = np.random.default_rng(seed)
+    u, k = sa.shape[-3], sa.shape[-1]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        full = _linear_effects(sa, sb, n, h, scale)[0]
+        effect = np.nanmean(full, axis=-1)
+        weights = rng.multinomial(k, np.full(k, 1 / k), size=reps).astype(float)  # (B, K)
+        starts = rng.integers(0, u, size=(reps, u))  # (B, U)
+
+        def resample(x):  # (..., U, G, K) -> (..., B, U, G)
+            w = np.einsum("...ugk,bk->...bug", x, weights)
+            idx = np.broadcast_to(starts[:, :, None], w.shape[:-2] + (u, w.shape[-1]))
+            return np.take_along_axis(w, idx, axis=-2)
+
+        ta, tb, tn = resample(sa), resample(sb), resample(n)
+        d = _contrast(ta / tn, tb / tn, scale, tn)
+        per = d.mean(axis=-1) if h is None else _slope(d, tn, h)
+        boot = np.nanmean(per, axis=-1)  # (..., B)
+        alpha = (1 - confidence) / 2
+        lo, hi = np.nanquantile(boot, [alpha, 1 - alpha], axis=-1)
+        below, above = (boot <= 0).mean(axis=-1), (boot >= 0).mean(axis=-1)
+        p_value = np.minimum(1.0, 2 * np.minimum(below, above))
+        se = np.nanstd(boot, axis=-1, ddof=1)
+    return Intervals(effect, lo, hi, p_value, se, np.full(se.shape, np.nan), np.zeros(se.shape))
 
 
 def ratio_intervals(

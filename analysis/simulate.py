@@ -250,11 +250,15 @@ def evaluate(
     confidence: float = 0.95,
     folds: int = 20,
     truth: float | None = None,
+    method: str = "t",
+    reps: int = 1000,
 ) -> tuple[SimulationResult, Intervals]:
     """Simulate ``n_suites`` suites of ``design`` and run the protocol's interval on each.
 
     ``truth``: the estimand's true value (default :func:`true_effect`; for ``compute_ratio``
-    give it, e.g. 1 for a design where a and b are the same algorithm).
+    give it, e.g. 1 for a design where a and b are the same algorithm). ``folds=1`` drops the
+    shared-item variance (a t interval over starts alone); ``method``/``reps``: the linear
+    estimands' interval (:func:`analysis.protocol.linear_intervals`).
     """
     rng = np.random.default_rng(seed)
     fold, k = _folds(design, folds)
@@ -264,7 +268,9 @@ def evaluate(
         sb = _fold_sum(yb.mean(axis=2), fold, k)
         n = _fold_sum(np.ones_like(ya[:, :, 0]), fold, k)
         h = np.asarray(design.horizons) if estimand == "horizon_slope" else None
-        est = linear_intervals(sa, sb, n, h, confidence=confidence)
+        est = linear_intervals(
+            sa, sb, n, h, confidence=confidence, method=method, reps=reps, seed=seed + 1
+        )
         if truth is None:
             truth = true_effect(design, estimand)
         null = 0.0
