@@ -824,18 +824,27 @@ def holm(
     ]
 
 
-def verdict(est: ClaimEstimate, alpha_adj: float, direction: str) -> str:
+def verdict(
+    est: ClaimEstimate, alpha_adj: float, direction: str, *, rejected: bool | None = None
+) -> str:
     """The verdict on "a beats b" from the interval at level 1 - alpha_adj.
 
     ``direction``: ``"greater"`` (the claim is effect > 0, or ratio > 1) or ``"less"`` (effect
     < 0, or ratio < 1: e.g. "a needs less compute"). :data:`HOLDS` when the interval lies on the
     claimed side of no effect, :data:`DOES_NOT_HOLD` when it lies on the other, else
     :data:`NOT_RESOLVED`; an estimate over one start gets :data:`CONDITIONAL` instead.
+
+    ``rejected``: Holm's decision for this claim (:attr:`HolmRow.rejected`). Holm steps down and
+    stops at the first failure, so a later claim can have an interval at its own adjusted level
+    that excludes no effect and still not be rejected; ``rejected=False`` then gives
+    :data:`NOT_RESOLVED` whatever the interval says. Pass it whenever Holm ran.
     """
     if direction not in _DIRECTIONS:
         raise ValueError(f"direction must be one of {list(_DIRECTIONS)}, got {direction!r}")
     if est.conditional:
         return CONDITIONAL
+    if rejected is False:
+        return NOT_RESOLVED
     lo, hi = est.interval(alpha_adj)
     if np.isnan(lo) or np.isnan(hi):
         return NOT_RESOLVED
