@@ -1,10 +1,26 @@
 """``precision: auto | fp32 | bf16``: the dtype the model's matrix products run in.
 
 bf16 runs the forward and backward matmuls under ``torch.autocast("cpu", dtype=torch.bfloat16)``
-while the weights, the optimizer state and every reduction that decides a gradient stay in fp32
-(log-probs, ratios, advantages, losses and masked-mean counts are computed from fp32 tensors by
-the callers). It pays only where the CPU multiplies bf16 natively (AVX512-BF16 or AMX); elsewhere
-bf16 is emulated and slower than fp32, so ``auto`` resolves to bf16 only on such a CPU.
+while the weights, the optimizer state and every reduction that decides a gradient stay in fp32.
+The callers keep the rest fp32: the LM head and the critic's value head run outside the autocast
+(``fastdecode.prefix_logprobs``, ``ValueModel.value_head``: a vocabulary-sized or scalar product,
+cheap, and a bf16 logit would be off by up to |logit| / 256 in every log-prob and ratio);
+attention runs in fp32 (``fastdecode.fp32_attention``: torch's bf16 CPU attention backward is
+several times slower than fp32's at head_dim 32); and log-probs, ratios, advantages, losses (the
+critic's BCE and MSE too) and every masked mean's count are computed after the autocast has
+closed, from fp32 tensors (a bf16 count of 257 would round to 256). The rollout engine samples
+with the same rounding: its GEMMs take bf16 copies of the weights, made at every call
+(``fastdecode.LlamaDecoder``).
+
+Autocast, not bf16 weights with fp32 masters: on the suite's GRPO update (256 rows, 2 layers,
+d = 128) on a Xeon with AMX, autocast ran the forward + backward 1.9x as fast as fp32 and bf16
+weights 2.0x (docs/performance.md), a 4% difference before paying for the master copy (a
+gradient cast and a weight copy per step) and for a second set of weights in every checkpoint.
+With autocast the fp32 weights are the only weights: the optimizer, checkpoints, resume and the
+warm-start cache are the fp32 path's, unchanged.
+
+It pays only where the CPU multiplies bf16 natively (AVX512-BF16 or AMX); elsewhere bf16 is
+emulated and slower than fp32, so ``auto`` resolves to bf16 only on such a CPU.
 
 The resolved value (never ``auto``) is what keys a warm start and what a run logs: two machines
 that resolve ``auto`` differently build different starts and say so.
