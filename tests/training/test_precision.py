@@ -21,6 +21,7 @@ from benchmarks.engines.torch_engine import TorchEngine
 from benchmarks.suite.plan import validate
 from benchmarks.telemetry import metrics as M
 from benchmarks.telemetry.meter import Budget
+from benchmarks.training import precision as precision_module
 from benchmarks.training.modeling import build_tiny_llama
 from benchmarks.training.precision import autocast, resolve_precision
 from testkit.trainers import PROMPTS, ROLLOUT_SPEC, SPEC, SPS, FirstDigitTask, make_trainer
@@ -42,6 +43,7 @@ def test_a_bad_precision_names_the_key_and_its_values(bad):
 
 @pytest.mark.parametrize("value", ["auto", "fp32", "bf16"])
 def test_the_plan_holds_the_resolved_precision_and_logs_it(value):
+    assert validate(compose_config([])).precision == "fp32"  # the default, auto
     plan = validate(compose_config([f"precision={value}"]))
     assert plan.precision == resolve_precision(value) in ("fp32", "bf16")
     # the run params and the config hash read ``resolved``: the machine's choice, never auto
@@ -49,10 +51,15 @@ def test_the_plan_holds_the_resolved_precision_and_logs_it(value):
     assert plan.start_recipe.precision == plan.precision
 
 
-def test_auto_is_fp32_without_native_bf16_and_bf16_with_it():
+def test_auto_is_fp32_until_bf16_is_allowed_and_then_only_with_native_bf16(monkeypatch):
+    # bf16 changed the default suite's conclusions: auto is fp32 on every CPU
+    for flags in (["avx2", "fma"], ["avx512f", "avx512_bf16"], ["amx_bf16"]):
+        assert resolve_precision("auto", flags=flags) == "fp32"
+    monkeypatch.setattr(precision_module, "AUTO_BF16", True)
     assert resolve_precision("auto", flags=["avx2", "fma"]) == "fp32"
     assert resolve_precision("auto", flags=["avx512f", "avx512_bf16"]) == "bf16"
     assert resolve_precision("auto", flags=["amx_bf16"]) == "bf16"
+    assert resolve_precision("bf16", flags=[]) == resolve_precision("bf16") == "bf16"
 
 
 def test_a_bf16_count_would_round_257_to_256():
