@@ -13,8 +13,8 @@ with the same rounding: its GEMMs take bf16 copies of the weights, made at every
 (``fastdecode.LlamaDecoder``).
 
 Autocast, not bf16 weights with fp32 masters: on the suite's GRPO update (256 rows, 2 layers,
-d = 128) on a Xeon with AMX, autocast ran the forward + backward 1.9x as fast as fp32 and bf16
-weights 2.0x (docs/performance.md), a 4% difference before paying for the master copy (a
+d = 128) on a Xeon with AMX, autocast ran the forward + backward 1.86x as fast as fp32 and bf16
+weights 1.94x (docs/performance.md), a 4% difference before paying for the master copy (a
 gradient cast and a weight copy per step) and for a second set of weights in every checkpoint.
 With autocast the fp32 weights are the only weights: the optimizer, checkpoints, resume and the
 warm-start cache are the fp32 path's, unchanged.
