@@ -357,7 +357,7 @@ def _counts(cfg: Any) -> tuple[int, list[int]]:
 
 
 def _precision(cfg: Any) -> str:
-    """``precision`` resolved once for the suite (``auto``: bf16 on a CPU with native bf16)."""
+    """``precision`` resolved once for the suite (``auto``: as ``resolve_precision`` decides)."""
     try:
         return resolve_precision(cfg.get("precision", "fp32"))
     except ValueError as e:
