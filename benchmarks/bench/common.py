@@ -22,6 +22,9 @@ TARGETS: tuple[tuple[str, str, float], ...] = (
     ("step_vs_trl_no_ckpt", ">=", 1.2),
     ("step_flop_utilisation", ">=", 0.75),
     ("rollout_vs_hf_large", ">=", 2.0),
+    # on a CPU with native bf16 (AVX512-BF16 or AMX); emulated bf16 is slower than fp32
+    ("step_bf16_vs_fp32", ">=", 1.5),
+    ("warmstart_bf16_vs_fp32", ">=", 1.5),
     ("tracking_overhead", "<=", 0.02),
 )
 

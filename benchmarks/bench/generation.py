@@ -1,6 +1,6 @@
-"""Section 2 of ``sppo-bench bench``: rollout tokens/s of the suite's engine versus HF
-``generate()`` on the same model, prompts and sampling settings, with achieved GFLOP/s, and the
-bound a rollout of the engine's lengths would reach if only its matmuls cost time.
+"""Section 2 of ``sppo-bench bench``: rollout tokens/s of the suite's engine (in fp32 and in bf16)
+versus HF ``generate()`` on the same model, prompts and sampling settings, with achieved GFLOP/s,
+and the bound a rollout of the engine's lengths would reach if only its matmuls cost time.
 """
 
 from __future__ import annotations
@@ -100,17 +100,20 @@ def _gemm_replay(model, plens: list[int], lens: list[int]) -> tuple[int, float]:
 
 
 def bench_rollout(res: Results, ctx: BenchContext, s: BenchSettings, probe: Probe) -> None:
-    """Section 2: at each rollout batch size, the engine, HF ``generate()`` and the engine's
-    matmul-only bound, interleaved round by round, each round's ratios against HF."""
+    """Section 2: at each rollout batch size, the engine in fp32 and in bf16, HF ``generate()``
+    and the engine's matmul-only bound, interleaved round by round, each round's ratios against
+    HF and bf16's against fp32 (the same seed: rollouts of about the same lengths)."""
     from benchmarks.engines.torch_engine import TorchEngine
 
     engine = TorchEngine(ctx.model, ctx.tok, batch_size=max(s.rollout_batches))
+    engine16 = TorchEngine(ctx.model, ctx.tok, batch_size=max(s.rollout_batches), precision="bf16")
     shapes: dict[str, list[int]] = {}
 
     for b in s.rollout_batches:
         prompts = [p.prompt for p in ctx.problems[:b]]
         contenders = {
             "engine": lambda seed, p=prompts: engine_generate(engine, p, ctx.max_new, seed, shapes),
+            "engine bf16": lambda seed, p=prompts: engine_generate(engine16, p, ctx.max_new, seed),
             "hf_generate": lambda seed, p=prompts: hf_generate(
                 ctx.model, ctx.tok, p, ctx.max_new, seed
             ),
@@ -139,6 +142,13 @@ def bench_rollout(res: Results, ctx: BenchContext, s: BenchSettings, probe: Prob
                     "ratio",
                     "x",
                     per_round["engine"] / per_round["hf_generate"],
+                )
+                res.add(
+                    "ratio",
+                    f"rollout engine bf16 / fp32, b={b}",
+                    "ratio",
+                    "x",
+                    per_round["engine bf16"] / per_round["engine"],
                 )
                 res.add(
                     "ratio",

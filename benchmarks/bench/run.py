@@ -10,12 +10,19 @@ Sections (each figure is the median of several repeats after warm-up, with min a
 2. rollout: tokens/s of :class:`~benchmarks.engines.torch_engine.TorchEngine` versus HF ``generate()`` on the
    same model, prompts and sampling settings, at two batch sizes, with achieved GFLOP/s (analytic,
    :class:`~benchmarks.telemetry.meter.FlopModel`) as a fraction of the ceiling;
-3. step: one full GRPO step (rollout + grading + update) of :class:`~benchmarks.training.trainer.RLTrainer`
-   versus TRL ``GRPOTrainer`` (as shipped: gradient checkpointing on; and with it off) on the same
-   model, task, batch, group size, KL coefficient and reward; per-phase times and the step's
-   analytic FLOPs over its time as a fraction of the ceiling;
-4. tracking: MLflow logging per step (temporary SQLite store) as a percentage of step time;
-5. memory: peak resident-set growth of each contender, each measured in a forked child.
+3. step: one full GRPO step (rollout + grading + update) of :class:`~benchmarks.training.trainer.RLTrainer`,
+   in fp32 and in bf16 (``precision``), versus TRL ``GRPOTrainer`` (as shipped: gradient
+   checkpointing on; and with it off) on the same model, task, batch, group size, KL coefficient
+   and reward; per-phase times and the step's analytic FLOPs over its time as a fraction of the
+   ceiling;
+4. warmstart: one supervised warm-start step in fp32 and in bf16;
+5. tracking: MLflow logging per step (temporary SQLite store) as a percentage of step time;
+6. memory: peak resident-set growth of each contender, each measured in a forked child.
+
+bf16 figures sit beside fp32's as ratios taken in the same round (rollout, step, warm-start step):
+``precision=auto`` picks bf16 only on a CPU that multiplies it natively, where the targets
+``step_bf16_vs_fp32`` and ``warmstart_bf16_vs_fp32`` ask for 1.5x; elsewhere the ratios say
+what emulated bf16 would cost.
 
 FLOPs are the analytic ones of :class:`~benchmarks.telemetry.meter.FlopModel` (the standard computation on
 real tokens, the same formula for every contender), so work an engine avoids (a prompt shared by
@@ -55,6 +62,7 @@ from benchmarks.bench.common import TARGETS, BenchContext, BenchSettings, Result
 from benchmarks.bench.generation import bench_rollout
 from benchmarks.bench.memory import bench_memory
 from benchmarks.bench.step import bench_step, mlflow_tracker, record_tracking
+from benchmarks.bench.warmstart_step import bench_warmstart
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +80,8 @@ def _ratio_value(res: Results, key: str, s: BenchSettings) -> float:
         "step_vs_trl_no_ckpt": ("ratio", "step sppo-bench / TRL (no ckpt)", "ratio"),
         "step_flop_utilisation": ("step", "sppo-bench", "utilisation"),
         "rollout_vs_hf_large": ("ratio", f"rollout engine / HF generate, b={big}", "ratio"),
+        "step_bf16_vs_fp32": ("ratio", "step bf16 / fp32", "ratio"),
+        "warmstart_bf16_vs_fp32": ("ratio", "warm-start step bf16 / fp32", "ratio"),
         "tracking_overhead": ("tracking", "mlflow sqlite", "overhead"),
     }[key]
     fig = res.figures.get(f)
@@ -84,6 +94,7 @@ def run_bench(s: BenchSettings) -> dict[str, Any]:
     from benchmarks.tasks.arith import ArithTask
     from benchmarks.tasks.build import build_task
     from benchmarks.training.modeling import ModelSpec, build_char_tokenizer, build_tiny_llama
+    from benchmarks.training.precision import native_bf16
 
     t_start = time.perf_counter()
     cpu_start = time.process_time()
@@ -118,6 +129,8 @@ def run_bench(s: BenchSettings) -> dict[str, Any]:
             flush_s = time.perf_counter() - t0
         record_tracking(res, out["log_times"], flush_s)
         log.info("step done")
+        bench_warmstart(res, ctx, s)
+        log.info("warm-start step done")
         if s.memory:
             bench_memory(res, ctx, s)
     wall = time.perf_counter() - t_start
@@ -126,6 +139,7 @@ def run_bench(s: BenchSettings) -> dict[str, Any]:
         {
             "settings": asdict(s),
             "torch": torch.__version__,
+            "native_bf16": native_bf16(),
             "threads": s.threads,
             "cpus": os.cpu_count(),
             "model": {
@@ -215,8 +229,10 @@ def print_results(result: dict[str, Any]) -> None:
             "yes" if tg["met"] else "NO",
         )
     console.print(t)
+    native = "native" if meta.get("native_bf16") else "emulated"
     console.print(
-        f"fp32 ceiling {meta['ceiling_gflops_fp32']:.1f} GFLOP/s, bf16 {meta['ceiling_gflops_bf16']:.1f};"
+        f"fp32 ceiling {meta['ceiling_gflops_fp32']:.1f} GFLOP/s, bf16 ({native}) "
+        f"{meta['ceiling_gflops_bf16']:.1f};"
         f" threads {meta['threads']} of {meta['cpus']} CPUs; load average "
         f"{meta['loadavg_start'][0]:.2f} -> {meta['loadavg_end'][0]:.2f}; this process got "
         f"{100 * meta['cpu_share']:.0f}% of a core per thread; {meta['wall_s']:.0f} s"

@@ -25,7 +25,7 @@ __all__ = ["OurStepper", "bench_step", "mlflow_tracker", "record_tracking"]
 # ----------------------------------------------------------------------------- (3) step
 
 
-def _our_trainer(ctx: BenchContext, s: BenchSettings, tracker=None):
+def _our_trainer(ctx: BenchContext, s: BenchSettings, tracker=None, precision: str = "fp32"):
     """The suite's trainer with GRPO at the bench's batch and group size, on copies of the
     shared model (policy and frozen reference), so each stepper starts from the same weights."""
     from algorithms import get_algorithm
@@ -50,7 +50,7 @@ def _our_trainer(ctx: BenchContext, s: BenchSettings, tracker=None):
         tokenizer=ctx.tok,
         task=ctx.task,
         engine_factory=lambda m: TorchEngine(
-            m, ctx.tok, batch_size=int(ctx.cfg.engine.rollout_batch_size)
+            m, ctx.tok, batch_size=int(ctx.cfg.engine.rollout_batch_size), precision=precision
         ),
         budget=Budget("samples", 1e12, eval_fractions=(1.0,)),
         config=tcfg,
@@ -58,16 +58,19 @@ def _our_trainer(ctx: BenchContext, s: BenchSettings, tracker=None):
         prompt_seed=s.seed,
         tracker=tracker,
         reference=ref,
+        precision=precision,
     )
 
 
 class OurStepper:
-    """One GRPO step of the suite's trainer per call; phase times from its meter."""
+    """One GRPO step of the suite's trainer per call (in ``precision``); phase times from its
+    meter."""
 
-    name = "sppo-bench"
-
-    def __init__(self, ctx: BenchContext, s: BenchSettings, tracker=None) -> None:
-        self.trainer = _our_trainer(ctx, s, tracker)
+    def __init__(
+        self, ctx: BenchContext, s: BenchSettings, tracker=None, precision: str = "fp32"
+    ) -> None:
+        self.name = "sppo-bench" if precision == "fp32" else f"sppo-bench {precision}"
+        self.trainer = _our_trainer(ctx, s, tracker, precision)
         self.log_s = 0.0
 
     def step(self) -> dict[str, float]:
@@ -146,11 +149,11 @@ class _MatmulReplay:
 
 
 def bench_step(res: Results, ctx: BenchContext, s: BenchSettings, probe: Probe, tracker) -> dict:
-    """Section 3: the suite's GRPO step (logging to ``tracker``) and, with ``s.trl``, TRL's as
-    shipped and without gradient checkpointing, interleaved round by round; the suite's step's
-    matmuls replayed alone each round. Returns the per-step logging times (for section 4) and
-    the suite's trainer."""
-    steppers: list = [OurStepper(ctx, s, tracker)]
+    """Section 3: the suite's GRPO step (logging to ``tracker``), the same step in bf16 and, with
+    ``s.trl``, TRL's as shipped and without gradient checkpointing, interleaved round by round;
+    the suite's step's matmuls replayed alone each round. Returns the per-step logging times
+    (for section 4) and the suite's trainer."""
+    steppers: list = [OurStepper(ctx, s, tracker), OurStepper(ctx, s, precision="bf16")]
     if s.trl:
         steppers += [
             TrlStepper(ctx, s, checkpointing=True),
@@ -200,6 +203,14 @@ def bench_step(res: Results, ctx: BenchContext, s: BenchSettings, probe: Probe, 
                     # softmax, RoPE, attention, sampling, AdamW, Python) is what keeps the
                     # step's utilisation below the matmuls' own
                     res.add("ratio", "step time in its matmuls", "of step", "of step", mm_s / t)
+            if per_round:
+                res.add(
+                    "ratio",
+                    "step bf16 / fp32",
+                    "ratio",
+                    "x",
+                    per_round["sppo-bench bf16"] / per_round["sppo-bench"],
+                )
             if per_round and s.trl:
                 res.add(
                     "ratio",

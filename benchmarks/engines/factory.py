@@ -37,15 +37,21 @@ def check_rollout_config(engine_cfg: Any) -> None:
 
 
 def make_engine_factory(
-    engine_cfg: Any, tokenizer: Any, *, model_path: str | None = None, seed: int = 0
+    engine_cfg: Any,
+    tokenizer: Any,
+    *,
+    model_path: str | None = None,
+    seed: int = 0,
+    precision: str = "fp32",
 ) -> Any:
-    """The trainer's ``engine_factory`` for ``engine.rollout``: ``policy -> RolloutEngine``."""
+    """The trainer's ``engine_factory`` for ``engine.rollout``: ``policy -> RolloutEngine``;
+    the torch engine's matmuls run in the resolved ``precision`` (vLLM keeps its own dtype)."""
     from benchmarks.engines.torch_engine import TorchEngine
 
     check_rollout_config(engine_cfg)
     batch_size = int(engine_cfg.get("rollout_batch_size", 512))
     if str(engine_cfg.get("rollout", "torch")) == "torch":
-        return lambda m: TorchEngine(m, tokenizer, batch_size=batch_size)
+        return lambda m: TorchEngine(m, tokenizer, batch_size=batch_size, precision=precision)
     settings = settings_from_config(engine_cfg)
     return lambda m: VllmEngine(
         m, tokenizer, settings=settings, model_path=model_path, batch_size=batch_size, seed=seed

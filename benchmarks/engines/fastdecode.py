@@ -41,7 +41,14 @@ import torch.nn.functional as F
 from benchmarks.engines.rollout import past_first_eos
 from benchmarks.engines.sampling import draw_uniforms, next_token, token_logprobs
 
-__all__ = ["LlamaDecoder", "prefix_hidden", "prefix_logprobs", "supports", "supports_backbone"]
+__all__ = [
+    "LlamaDecoder",
+    "fp32_attention",
+    "prefix_hidden",
+    "prefix_logprobs",
+    "supports",
+    "supports_backbone",
+]
 
 
 #: Check for finished rows every this many tokens on an accelerator (the check is a host sync)
@@ -107,10 +114,17 @@ def _group_rows(key: torch.Tensor) -> tuple[list[int], list[int]]:
 class LlamaDecoder:
     """Prefill + static-cache decode over a HF ``LlamaForCausalLM``'s parameters."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, precision: str = "fp32") -> None:
         if not supports(model):
             raise ValueError(f"LlamaDecoder: unsupported model {type(model).__name__}")
+        if precision not in ("fp32", "bf16"):
+            raise ValueError(f"LlamaDecoder: precision={precision!r}: allowed: fp32, bf16")
         self.model = model
+        #: bf16: the layers' GEMMs take bf16 copies of the weights (made at every call, so always
+        #: the latest) and of their inputs; the residual stream, norms, RoPE, attention, the KV
+        #: cache and the LM head stay fp32, so the sampled log-probs are fp32 functions of
+        #: bf16-rounded hidden states, as the trainer's bf16 teacher-forced pass computes them.
+        self.bf16 = precision == "bf16"
         cfg = model.config
         self.nh = cfg.num_attention_heads
         self.nkv = cfg.num_key_value_heads or self.nh
@@ -164,19 +178,32 @@ class LlamaDecoder:
                 ]
             )
             wgu = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
-            layers.append(
-                (
-                    (wqkv * (layer.input_layernorm.weight * root)).t(),
-                    a.o_proj.weight.t(),
-                    (wgu * (layer.post_attention_layernorm.weight * root)).t(),
-                    mlp.down_proj.weight.t(),
-                )
+            w = (
+                (wqkv * (layer.input_layernorm.weight * root)).t(),
+                a.o_proj.weight.t(),
+                (wgu * (layer.post_attention_layernorm.weight * root)).t(),
+                mlp.down_proj.weight.t(),
             )
+            if self.bf16:  # contiguous bf16 copies: the GEMMs' right operands
+                w = tuple(z.to(torch.bfloat16) for z in w)
+            layers.append(w)
         return {
             "embed": m.model.embed_tokens.weight,
             "layers": layers,
             "head": (m.lm_head.weight * (m.model.norm.weight * root)).t(),
         }
+
+    def _mm(self, a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """``a @ w`` in fp32: in bf16, a bf16 GEMM of ``a`` rounded to bf16, widened after."""
+        if self.bf16:
+            return torch.mm(a.to(torch.bfloat16), w).float()
+        return torch.mm(a, w)
+
+    def _addmm_(self, x: torch.Tensor, a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """``x += a @ w`` in place on the fp32 residual stream ``x``; returns ``x``."""
+        if self.bf16:
+            return x.add_(torch.mm(a.to(torch.bfloat16), w))
+        return x.addmm_(a, w)
 
     def _norm(self, x: torch.Tensor) -> torch.Tensor:
         """RMSNorm without its weight and without the 1/sqrt(d) (both folded into the next GEMM's
@@ -206,7 +233,7 @@ class LlamaDecoder:
         wqkv, wo, wgu, wdown = w
         N, S, d = x.shape
         nh, nkv, hd = self.nh, self.nkv, self.hd
-        qkv = torch.mm(self._norm(x).view(N * S, d), wqkv).view(N, S, nh + 2 * nkv, hd)
+        qkv = self._mm(self._norm(x).view(N * S, d), wqkv).view(N, S, nh + 2 * nkv, hd)
         c = torch.view_as_complex(qkv.unflatten(-1, (-1, 2)))  # (N, S, heads, hd/2)
         k, v = (z.transpose(0, 1) for z in cache)  # (N, S, nkv, hd) views of the cache
         q = torch.view_as_real(c[:, :, :nh] * rot).flatten(-2)
@@ -221,15 +248,16 @@ class LlamaDecoder:
             scale=1.0,  # folded into the q weights
             enable_gqa=nkv != nh,
         )
-        x = x.view(N * S, d).addmm_(attn.transpose(1, 2).reshape(N * S, nh * hd), wo)
+        x = self._addmm_(x.view(N * S, d), attn.transpose(1, 2).reshape(N * S, nh * hd), wo)
         return self._mlp(x, wgu, wdown).view(N, S, d)
 
     def _mlp(self, x: torch.Tensor, wgu: torch.Tensor, wdown: torch.Tensor) -> torch.Tensor:
         """``x + down(silu(gate) * up)``, in place on the residual stream ``x`` (rows, d)."""
-        gu = torch.mm(self._norm(x), wgu)
+        n = self._norm(x)
+        gu = torch.mm(n.to(torch.bfloat16) if self.bf16 else n, wgu)  # bf16 stays bf16 here
         i = gu.shape[-1] // 2
         g = F.silu(gu[:, :i], inplace=True).mul_(gu[:, i:])
-        return x.addmm_(g, wdown)
+        return x.add_(torch.mm(g, wdown)) if self.bf16 else x.addmm_(g, wdown)
 
     def _decode_block(
         self,
@@ -244,7 +272,7 @@ class LlamaDecoder:
         b, d = x.shape
         nh, nkv, hd = self.nh, self.nkv, self.hd
         g = nh // nkv
-        qkv = torch.mm(self._norm(x), wqkv).view(b, nh + 2 * nkv, hd)
+        qkv = self._mm(self._norm(x), wqkv).view(b, nh + 2 * nkv, hd)
         c = torch.view_as_complex(qkv.unflatten(-1, (-1, 2)))  # (b, heads, hd/2)
         k_cache, v_cache = cache
         q = torch.view_as_real(c[:, :nh] * rot).view(b, nkv, g, hd)
@@ -271,7 +299,7 @@ class LlamaDecoder:
             if bias is not None:
                 scores = scores + bias.t()[:, None, None, :]
             attn = torch.matmul(torch.softmax(scores, dim=-1), v.permute(1, 2, 0, 3))
-        x.addmm_(attn.view(b, nh * hd), wo)
+        self._addmm_(x, attn.view(b, nh * hd), wo)
         return self._mlp(x, wgu, wdown)
 
     def generate(
@@ -465,6 +493,21 @@ class LlamaDecoder:
         return ids_out, lp_out
 
 
+def fp32_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs: Any
+) -> torch.Tensor:
+    """``F.scaled_dot_product_attention`` in fp32 whatever the autocast: under CPU bf16 autocast
+    torch runs it (and its backward) in bf16, several times slower than in fp32 at these sizes
+    (head_dim 32, a few dozen keys: no GEMM big enough to gain), and with bf16 softmax weights.
+    The output comes back in ``v``'s dtype, the one the next projection reads (under autocast
+    it would cast it so anyway). fp32 (or fp64) inputs pass through unchanged."""
+    dt = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
+    dt = torch.promote_types(dt, torch.float32)
+    with torch.autocast(q.device.type, enabled=False):
+        out = F.scaled_dot_product_attention(q.to(dt), k.to(dt), v.to(dt), **kwargs)
+    return out.to(v.dtype)
+
+
 def prefix_logprobs(
     model: torch.nn.Module,  # a Llama that :func:`supports`
     prompt_ids: torch.Tensor,  # (B, P) left-padded
@@ -476,9 +519,11 @@ def prefix_logprobs(
     """Teacher-forced response log-probs, (B, T), with each distinct prompt run once
     (:func:`prefix_hidden`); only float rounding differs from HF's forward."""
     h = prefix_hidden(model.model, prompt_ids, prompt_mask, response_ids)
-    return token_logprobs(
-        F.linear(h, model.lm_head.weight), response_ids, temperature, with_entropy
-    )
+    # The LM head in fp32 under any autocast, as the decoder's: a bf16 logit is off by up to
+    # |logit| / 256, which the log-probs (and so every ratio) would carry.
+    with torch.autocast(h.device.type, enabled=False):
+        logits = F.linear(h.to(model.lm_head.weight.dtype), model.lm_head.weight)
+    return token_logprobs(logits, response_ids, temperature, with_entropy)
 
 
 def prefix_hidden(
@@ -559,7 +604,7 @@ def prefix_hidden(
     for layer in m.layers:
         q, k, v = qkv_of(layer, x, pos_p)
         prefix_kv.append((k, v))
-        attn = F.scaled_dot_product_attention(
+        attn = fp32_attention(
             q, k, v, attn_mask=mask_p, is_causal=mask_p is None, enable_gqa=nkv != nh
         )
         x = finish(layer, x, attn)
@@ -576,7 +621,7 @@ def prefix_hidden(
         q, k, v = qkv_of(layer, x, pos_r)
         k = torch.cat([k_p[inv], k], dim=2)
         v = torch.cat([v_p[inv], v], dim=2)
-        attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask_r, enable_gqa=nkv != nh)
+        attn = fp32_attention(q, k, v, attn_mask=mask_r, enable_gqa=nkv != nh)
         x = finish(layer, x, attn)
     h = torch.cat([last[inv].unsqueeze(1), x[:, : T - 1]], dim=1)  # positions P-1 .. P+T-2
     return F.rms_norm(h, (d,), m.norm.weight, eps)

@@ -30,15 +30,23 @@ class TorchEngine:
     """Batched KV-cache sampling with the trainer's own policy module (CPU or one GPU)."""
 
     def __init__(
-        self, model: torch.nn.Module, tokenizer: Any, *, batch_size: int = 512, fast: bool = True
+        self,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        *,
+        batch_size: int = 512,
+        fast: bool = True,
+        precision: str = "fp32",
     ) -> None:
         from benchmarks.engines.fastdecode import LlamaDecoder, supports
 
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
+        #: The resolved precision of the matmuls (``fp32`` or ``bf16``), the trainer's own.
+        self.precision = precision
         # Llama models sample through the lean static-cache decoder; others through HF's cache.
-        self._fast = LlamaDecoder(model) if fast and supports(model) else None
+        self._fast = LlamaDecoder(model, precision) if fast and supports(model) else None
 
     def sync_weights(self) -> None:
         """Colocated: the engine holds the trainer's module itself."""
@@ -90,9 +98,11 @@ class TorchEngine:
                 gen=gen,
             )
         else:
-            response_ids, log_probs = self._hf_loop(
-                prompt_ids, prompt_mask, temperature, top_p, max_new_tokens, gen
-            )
+            bf16 = self.precision == "bf16"  # HF's forward under CPU autocast, logits to fp32
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                response_ids, log_probs = self._hf_loop(
+                    prompt_ids, prompt_mask, temperature, top_p, max_new_tokens, gen
+                )
         model.train(was_training)
         return self._finish(prompt_ids, prompt_mask, response_ids, log_probs)
 

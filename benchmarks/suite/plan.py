@@ -22,6 +22,7 @@ from benchmarks.telemetry.meter import Budget
 from benchmarks.training import checkpoint as ckpt
 from benchmarks.training.config import TrainerConfig
 from benchmarks.training.modeling import ModelSpec
+from benchmarks.training.precision import resolve_precision
 from benchmarks.training.start import StartRecipe
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,8 @@ class SuitePlan:
     #: ``jobs`` as given (``auto`` or an integer); resolved against the runs at start.
     jobs: Any
     threads: int
+    #: ``precision`` resolved for this machine: ``fp32`` or ``bf16``, never ``auto``.
+    precision: str
     #: Modules imported before validation (``plugins``): they may register algorithms or tasks,
     #: and workers (and verl's Ray workers) import them again.
     plugins: list[str]
@@ -106,6 +109,7 @@ class SuitePlan:
             model_node=self.model.node,
             cache_dir=self.cache_dir,
             run_threads=self.threads,
+            precision=self.precision,
             dtype=self.model.dtype,
             temperature=float(trainer["temperature"]),
             top_p=float(trainer["top_p"]),
@@ -138,6 +142,7 @@ def validate(cfg: Any) -> SuitePlan:
     budget = _budget(cfg)
     _check_engine_name(cfg)
     threads, seeds = _counts(cfg)
+    precision = _precision(cfg)
     task = _task(cfg)
     _check_warmstart(cfg)
     model = _model(cfg, task)
@@ -146,6 +151,8 @@ def validate(cfg: Any) -> SuitePlan:
         check_rollout_config(cfg.engine)
     min_free = _min_free_disk(cfg)
     tracking_uri, tracking_key = _tracking(cfg)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    resolved["precision"] = precision  # type: ignore[index]  # logged and hashed resolved
     return SuitePlan(
         algorithms=algorithms,
         trainer=trainers,
@@ -167,8 +174,9 @@ def validate(cfg: Any) -> SuitePlan:
         resume=resume,
         jobs=cfg.get("jobs", 1),
         threads=threads,
+        precision=precision,
         plugins=plugins,
-        resolved=OmegaConf.to_container(cfg, resolve=True),  # type: ignore[arg-type]
+        resolved=resolved,  # type: ignore[arg-type]
     )
 
 
@@ -346,6 +354,14 @@ def _counts(cfg: Any) -> tuple[int, list[int]]:
     seeds = _integer("seeds", cfg.seeds, 1)
     first = _integer("seed", cfg.seed)
     return threads, [first + i for i in range(seeds)]
+
+
+def _precision(cfg: Any) -> str:
+    """``precision`` resolved once for the suite (``auto``: as ``resolve_precision`` decides)."""
+    try:
+        return resolve_precision(cfg.get("precision", "fp32"))
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
 
 
 def _task(cfg: Any) -> Task:

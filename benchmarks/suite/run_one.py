@@ -149,7 +149,11 @@ def run_one(
                 tokenizer=ctx.tokenizer,
                 task=ctx.task,
                 engine_factory=make_engine_factory(
-                    plan.engine, ctx.tokenizer, model_path=plan.model.name_or_path, seed=seed
+                    plan.engine,
+                    ctx.tokenizer,
+                    model_path=plan.model.name_or_path,
+                    seed=seed,
+                    precision=plan.precision,
                 ),
                 budget=plan.budget,
                 config=tcfg,
@@ -161,6 +165,7 @@ def run_one(
                 on_progress=on_progress,
                 on_eval=on_eval,
                 checkpointer=checkpointer,
+                precision=plan.precision,
             )
             evals = trainer.train()
             bar.update(task_id, completed=1.0)

@@ -26,6 +26,7 @@ from benchmarks.telemetry.meter import ComputeMeter, FlopModel
 from benchmarks.training.config import TrainerConfig
 from benchmarks.training.modeling import ValueModel
 from benchmarks.training.optim import guarded_step
+from benchmarks.training.precision import autocast
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ class Critic:
         config: TrainerConfig,
         meter: ComputeMeter,
         tokenizer_size: int,
+        precision: str = "fp32",
     ) -> None:
         vocab = getattr(base.config, "vocab_size", None)
         if vocab is not None and vocab < tokenizer_size:
@@ -68,6 +70,9 @@ class Critic:
             )
         self.alg, self.kind = algorithm, algorithm.critic  # kind: "prompt" or "token"
         self.cfg, self.meter = config, meter
+        #: The backbone's matmuls run in it (``fp32`` or ``bf16``); the head, the values and the
+        #: value loss (BCE, MSE) are fp32 at either.
+        self.precision = precision
         self.model = ValueModel(base)
         lr = config.critic_lr if config.critic_lr is not None else algorithm.critic_lr
         self.opt = torch.optim.AdamW(
@@ -80,7 +85,12 @@ class Critic:
 
     def values(self, ro: Rollout) -> torch.Tensor:
         """Token critic: (B, T) values before each response token. Prompt critic: (B,) logit at
-        the last prompt token (prompts are left-padded, so that is the last prompt column)."""
+        the last prompt token (prompts are left-padded, so that is the last prompt column).
+        fp32, the backbone's matmuls under the precision's autocast."""
+        with autocast(self.precision):
+            return self._values(ro)
+
+    def _values(self, ro: Rollout) -> torch.Tensor:
         critic = self.model
         if self.kind == "prompt":
             mask = ro.prompt_mask.long()
@@ -91,7 +101,7 @@ class Critic:
             def values(
                 pi: torch.Tensor, pm: torch.Tensor, ri: torch.Tensor, rm: torch.Tensor
             ) -> tuple[torch.Tensor]:
-                return (critic.head(prefix_hidden(critic.backbone, pi, pm, ri)).squeeze(-1),)
+                return (critic.value_head(prefix_hidden(critic.backbone, pi, pm, ri)),)
 
             (v,) = by_length(
                 values,

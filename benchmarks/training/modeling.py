@@ -150,4 +150,11 @@ class ValueModel(nn.Module):
         hidden = self.backbone(
             input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
         ).last_hidden_state
-        return self.head(hidden).squeeze(-1)
+        return self.value_head(hidden)
+
+    def value_head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The scalar head on hidden states (..., d) -> (...), in fp32 under any autocast: a
+        value is a regression target and a prompt critic's a logit, read to more than bf16's
+        three digits (a d-to-1 product costs nothing)."""
+        with torch.autocast("cpu", enabled=False):
+            return self.head(hidden.to(self.head.weight.dtype)).squeeze(-1)

@@ -60,6 +60,8 @@ class StartRecipe:
     #: The sampling the start's difficulty is measured with (the trainer's).
     temperature: float
     top_p: float
+    #: ``precision`` resolved (``fp32`` or ``bf16``): the warm start's matmuls, and its cache key.
+    precision: str = "fp32"
 
     def warm_starts(self, task: Task) -> bool:
         """Whether a tiny model on ``task`` is warm-started: ``warmstart.enabled``, and a task
@@ -116,6 +118,7 @@ def _warm_started(
         seed=seed,
         cache_dir=recipe.cache_dir,  # type: ignore[arg-type]
         max_new_tokens=recipe.max_new_tokens,
+        precision=recipe.precision,
     )
 
 

@@ -47,6 +47,7 @@ from benchmarks.training.checkpoint import Checkpointer
 from benchmarks.training.config import TrainerConfig
 from benchmarks.training.critic import Critic, rollout_flops
 from benchmarks.training.optim import guarded_step
+from benchmarks.training.precision import autocast
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -237,8 +238,14 @@ class RLTrainer:
         on_progress: Callable[[float, dict[str, float]], None] | None = None,
         on_eval: Callable[[float, EvalResult], None] | None = None,
         checkpointer: Checkpointer | None = None,
+        precision: str = "fp32",
     ) -> None:
         self.alg, self.policy, self.tok, self.task = algorithm, policy, tokenizer, task
+        #: The resolved precision of the models' matmuls (``fp32`` or ``bf16``,
+        #: :mod:`~benchmarks.training.precision`): the forwards run under its autocast, and the
+        #: log-probs, values, advantages and losses they feed are fp32 whatever it is.
+        self.precision = precision
+        autocast(precision)  # a ValueError now for anything but fp32 / bf16
         self.budget, self.cfg, self.seed = budget, config, seed
         self.tracker = tracker or NullTracker()
         self.on_progress = on_progress or (lambda f, m: None)
@@ -263,6 +270,7 @@ class RLTrainer:
                 config=config,
                 meter=self.meter,
                 tokenizer_size=len(tokenizer),
+                precision=precision,
             )
         self.evaluator = TrainingEvaluator(
             name=algorithm.name,
@@ -485,16 +493,18 @@ class RLTrainer:
         )
 
     def _teacher_forced(self, model: torch.nn.Module, ro: Rollout) -> torch.Tensor:
-        """``model``'s log-probs of the sampled responses (the old-policy and reference passes)."""
-        lp, _ = bucketed_logprobs(
-            model,
-            ro.prompt_ids,
-            ro.prompt_mask,
-            ro.response_ids,
-            ro.response_mask,
-            self.cfg.temperature,
-            buckets=self.cfg.length_buckets,
-        )
+        """``model``'s log-probs of the sampled responses (the old-policy and reference passes),
+        fp32 at any precision."""
+        with autocast(self.precision):
+            lp, _ = bucketed_logprobs(
+                model,
+                ro.prompt_ids,
+                ro.prompt_mask,
+                ro.response_ids,
+                ro.response_mask,
+                self.cfg.temperature,
+                buckets=self.cfg.length_buckets,
+            )
         return lp
 
     def _update(
@@ -553,16 +563,19 @@ class RLTrainer:
         alg, cfg = self.alg, self.cfg
         m = sub.response_mask
         with self.meter.phase("update", flops=3 * rollout_flops(self.fm, sub)):
-            lp, ent = bucketed_logprobs(
-                self.policy,
-                sub.prompt_ids,
-                sub.prompt_mask,
-                sub.response_ids,
-                m,
-                cfg.temperature,
-                with_entropy=True,
-                buckets=cfg.length_buckets,
-            )
+            # The forward under the precision's autocast (its backward follows it); the
+            # log-probs, entropies, ratio and loss from here on are fp32.
+            with autocast(self.precision):
+                lp, ent = bucketed_logprobs(
+                    self.policy,
+                    sub.prompt_ids,
+                    sub.prompt_mask,
+                    sub.response_ids,
+                    m,
+                    cfg.temperature,
+                    with_entropy=True,
+                    buckets=cfg.length_buckets,
+                )
             old = lp.detach() if old_lp is None else old_lp
             loss, pm = alg.policy_loss(lp, old, adv, m, ref_lp)
             if old_lp is None:

@@ -32,6 +32,7 @@ from benchmarks.engines.rollout import encode_prompts
 from benchmarks.engines.teacher_forced import bucketed_logprobs
 from benchmarks.engines.torch_engine import TorchEngine
 from benchmarks.tasks.base import CharTask
+from benchmarks.training.precision import autocast
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,7 @@ def _sft(
     cfg: Mapping[str, Any],
     seed: int,
     max_new_tokens: int,
+    precision: str = "fp32",
 ) -> dict:
     from benchmarks.evaluation.evaluate import evaluate_greedy
 
@@ -98,7 +100,7 @@ def _sft(
     train = list(task.train_problems())
     val = rng.sample(train, min(int(cfg["val_size"]), len(train)))
     opt = torch.optim.AdamW(model.parameters(), lr=float(cfg["lr"]))
-    engine = TorchEngine(model, tokenizer)
+    engine = TorchEngine(model, tokenizer, precision=precision)
     stop = cfg.get("stop_accuracy")
     acc = float("nan")
     phases = parse_phases(cfg["phases"], longest_chain(task))
@@ -126,7 +128,8 @@ def _sft(
         rid, rm = enc["input_ids"], enc["attention_mask"].float()
         # Rows grouped by length: a batch mixing 1- and 16-step chains would otherwise pay for
         # its longest one in every row (the loss is the same function of the weights).
-        lp, _ = bucketed_logprobs(model, pid, pm, rid, rm, buckets=4, min_rows=16)
+        with autocast(precision):  # the log-probs come back in fp32, and so the loss
+            lp, _ = bucketed_logprobs(model, pid, pm, rid, rm, buckets=4, min_rows=16)
         loss = -(lp * rm).sum() / rm.sum()
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -156,12 +159,17 @@ def warm_start(
     seed: int,
     cache_dir: str | Path,
     max_new_tokens: int,
+    precision: str = "fp32",
 ) -> tuple[PreTrainedModel, dict[str, Any]]:
-    """Load the cached warm start for ``identity`` (task + model + warm-start config + seed), or
-    train and cache it. Returns ``(model, info)``; info has steps, val_accuracy, path, cached."""
+    """Load the cached warm start for ``identity`` (task + model + warm-start config + seed +
+    resolved ``precision``, named in the key only when not fp32), or train and cache it.
+    Returns ``(model, info)``; info has steps, val_accuracy, path, cached."""
     from transformers import AutoModelForCausalLM
 
-    key = config_hash({"identity": identity, "warmstart": dict(cfg), "seed": seed})
+    parts = {"identity": identity, "warmstart": dict(cfg), "seed": seed}
+    if precision != "fp32":
+        parts["precision"] = precision
+    key = config_hash(parts)
     path = Path(cache_dir).expanduser() / "warmstart" / key
     meta = path / "warmstart.json"
     if meta.exists():
@@ -171,11 +179,13 @@ def warm_start(
         log.info("warm start: reusing %s (validation accuracy %.3f)", path, info["val_accuracy"])
         return model, {**info, "path": str(path), "cached": True}
     model = build_model()
-    info = _sft(model, tokenizer, task, cfg, seed, max_new_tokens)
+    info = _sft(model, tokenizer, task, cfg, seed, max_new_tokens, precision)
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     tmp = meta.with_suffix(".tmp")
-    tmp.write_text(json.dumps({**info, "identity": dict(identity)}, default=str))
+    tmp.write_text(
+        json.dumps({**info, "identity": dict(identity), "precision": precision}, default=str)
+    )
     tmp.replace(meta)  # written last: a killed warm start is never mistaken for a finished one
     return model, {**info, "path": str(path), "cached": False}

@@ -18,7 +18,14 @@ def test_quick_bench_writes_a_complete_table(tmp_path, capsys):
     out = tmp_path / "bench"
     assert main(["bench", "--quick", "--repeats", "1", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    for title in ("bench: ceiling", "bench: rollout", "bench: step", "bench: tracking", "targets"):
+    for title in (
+        "bench: ceiling",
+        "bench: rollout",
+        "bench: step",
+        "bench: warmstart",
+        "bench: tracking",
+        "targets",
+    ):
         assert title in printed
     result = json.loads((tmp_path / "bench.json").read_text())
     rows = {(r["section"], r["name"], r["metric"]): r for r in result["rows"]}
@@ -27,18 +34,22 @@ def test_quick_bench_writes_a_complete_table(tmp_path, capsys):
         "rollout",
         "ratio",
         "step",
+        "warmstart",
         "tracking",
         "memory",
     }
     for r in result["rows"]:
         assert r["n"] >= 1 and r["min"] <= r["median"] <= r["max"], r
-    for name in ("sppo-bench", "trl", "trl (no ckpt)"):
+    for name in ("sppo-bench", "sppo-bench bf16", "trl", "trl (no ckpt)"):
         for metric in ("samples/s", "step s", "utilisation", "phase rollout"):
             assert rows[("step", name, metric)]["median"] > 0
     ratios = [r for r in result["rows"] if r["section"] == "ratio"]
-    # rollout (engine and its GEMM-only bound vs HF) at two batch sizes, step vs TRL (2 ways),
-    # the share of the step its matmuls alone take
-    assert len(ratios) == 7
+    # rollout (engine and its GEMM-only bound vs HF, bf16 vs fp32) at two batch sizes, step vs
+    # TRL (2 ways), the share of the step its matmuls alone take, bf16 vs fp32 of the step and
+    # of the warm-start step
+    assert len(ratios) == 11
+    for p in ("fp32", "bf16"):
+        assert rows[("warmstart", f"warm-start step {p}", "step s")]["median"] > 0
     assert 0 < rows[("ratio", "step time in its matmuls", "of step")]["median"] < 1
     matmuls = rows[("step", "sppo-bench matmuls only", "utilisation")]["median"]
     assert matmuls > rows[("step", "sppo-bench", "utilisation")]["median"]
@@ -51,6 +62,8 @@ def test_quick_bench_writes_a_complete_table(tmp_path, capsys):
         "step_vs_trl_no_ckpt",
         "step_flop_utilisation",
         "rollout_vs_hf_large",
+        "step_bf16_vs_fp32",
+        "warmstart_bf16_vs_fp32",
         "tracking_overhead",
     }
     for t in result["targets"]:

@@ -264,3 +264,32 @@ def test_an_error_in_a_worker_reaches_the_user_as_its_message(tmp_path, monkeypa
     assert code == 1, err
     assert "sppo-bench: run failed: ValueError: boom: raised in a worker process" in err
     assert "BrokenProcessPool" not in err and "Traceback" not in err
+
+
+@pytest.mark.slow  # a one-process suite and a two-worker one: ~1-2 min on 2 loaded cores
+def test_two_workers_reproduce_the_one_process_suite_in_bf16(tmp_path):
+    """``precision=bf16`` (forced: emulated on a CPU without it, so this runs everywhere): the
+    warm start and every run in workers match the one-process suite bit for bit, as in fp32."""
+    results = {}
+    for jobs in (1, 2):
+        root = tmp_path / f"jobs{jobs}"
+        cfg = compose_config(
+            [
+                *MICRO,
+                "precision=bf16",
+                "algorithm=[sppo,grpo,dapo]",  # MICRO configures dapo: it is in the suite
+                f"jobs={jobs}",
+                f"tracking.uri=sqlite:///{root / 'mlflow.db'}",
+                f"cache_dir={root / 'cache'}",
+                f"output_dir={root / 'out'}",
+            ]
+        )
+        results[jobs] = run_suite(cfg, progress=False)
+    one, two = results[1], results[2]
+    assert [r.status for r in one.runs] == [r.status for r in two.runs] == ["FINISHED"] * 3
+    params = MlflowClient(one.tracking_uri).get_run(one.runs[0].run_id).data.params
+    assert params["precision"] == "bf16"
+    h1, h2 = _histories(one, tmp_path / "one.json"), _histories(two, tmp_path / "two.json")
+    assert sorted(h1) == sorted(h2) and len(h1) == 3
+    for run in h1:
+        assert h1[run] == h2[run], run

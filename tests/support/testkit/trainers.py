@@ -58,6 +58,7 @@ def make_trainer(
     *,
     seed: int = 0,
     tracker: Any = None,
+    precision: str = "fp32",
     **cfg: Any,
 ) -> RLTrainer:
     """Build an RLTrainer the way ``benchmarks.suite.run_one`` does."""
@@ -69,7 +70,7 @@ def make_trainer(
         policy=copy.deepcopy(start),
         tokenizer=tok,
         task=task,
-        engine_factory=lambda m: TorchEngine(m, tok),
+        engine_factory=lambda m: TorchEngine(m, tok, precision=precision),
         budget=budget,
         config=TrainerConfig(
             **{"samples_per_step": SPS, "max_new_tokens": MAX_NEW, "eval_samples_logged": 4, **cfg}
@@ -79,4 +80,5 @@ def make_trainer(
         tracker=tracker if tracker is not None else NullTracker(),
         reference=reference,
         critic_base=start,
+        precision=precision,
     )
