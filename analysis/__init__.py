@@ -47,7 +47,7 @@ from .curves import (
 )
 from .fit import SaturatingFit, fit_curves, fit_saturating, saturating_curve
 from .horizon import horizon_points, horizon_table, plot_accuracy_vs_horizon
-from .load import TIDY_COLUMNS, eval_points, load_runs
+from .load import ITEM_TABLE_COLUMNS, TIDY_COLUMNS, eval_points, load_items, load_runs, run_params
 from .notebook import resolve_tracking_uri, save_figure
 from .plots import (
     plot_accuracy_table,
@@ -117,10 +117,12 @@ __all__ = [
     "horizon_table",
     "improvement_estimates",
     "improvement_table",
+    "ITEM_TABLE_COLUMNS",
     "interval_estimates",
     "iqm",
     "iqm_table",
     "load_calibration",
+    "load_items",
     "load_runs",
     "log_report_to_mlflow",
     "memory_components_table",
@@ -141,6 +143,7 @@ __all__ = [
     "probability_of_improvement",
     "probability_of_improvement_ci",
     "resolve_tracking_uri",
+    "run_params",
     "rollouts_to_match",
     "saturating_curve",
     "SaturatingFit",
