@@ -13,6 +13,14 @@ callable ``f(array(runs, tasks[, points])) -> scalar | array(points)``. The name
 vectorised over all bootstrap replicates at once. Probability of improvement P(X > Y) is the
 Mann-Whitney U statistic normalised to [0, 1] (ties count one half), averaged over tasks.
 
+Hierarchical option (``starts=``): when runs share warm starts, a run is not the unit of
+replication; the start is. Given each run's start, a replicate resamples starts with replacement
+and then, within each drawn start, that start's runs with replacement (whole runs: the same draw
+for every task, since a run's scores on all tasks come from one training). Each drawn start
+contributes as many runs as the largest start has, so starts weigh equally. The probability of
+improvement pairs the two algorithms by start: one draw of starts serves both, their runs within
+a start are drawn apart. With ``starts=None`` the intervals are the stratified ones above.
+
 Simplifications versus rliable: percentile intervals only (no BCa); NaN scores are ignored by
 ``"mean"`` only, the other statistics expect complete arrays.
 """
@@ -84,6 +92,29 @@ def _apply(statistic: Statistic, x: np.ndarray, points: tuple[int, ...]) -> np.n
     return out.reshape(out.shape[0], *points)
 
 
+def _start_table(starts: Sequence, runs: int) -> tuple[list, np.ndarray, np.ndarray]:
+    """Start ids, runs of each start padded to the largest count (U, R), and counts (U,)."""
+    labels = np.asarray(list(starts), dtype=object)
+    if labels.shape != (runs,):
+        raise ValueError(f"starts must give one start per run ({runs}), got {labels.shape[0]}")
+    ids = list(dict.fromkeys(labels.tolist()))
+    members = [np.flatnonzero(labels == i) for i in ids]
+    counts = np.array([len(m) for m in members])
+    table = np.zeros((len(ids), counts.max()), int)
+    for u, m in enumerate(members):
+        table[u, : len(m)] = m
+    return ids, table, counts
+
+
+def _within(
+    table: np.ndarray, counts: np.ndarray, drawn: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
+    """Run indices (B, U * R) for drawn start rows (B, U): R draws within each drawn start."""
+    b, u = drawn.shape
+    pos = np.floor(rng.random((b, u, table.shape[1])) * counts[drawn][..., None]).astype(int)
+    return table[drawn[..., None], pos].reshape(b, -1)
+
+
 def iqm(scores: np.ndarray) -> float | np.ndarray:
     """Interquartile mean of all run x task scores (per point when a points axis is present).
 
@@ -101,6 +132,7 @@ def stratified_bootstrap(
     *,
     reps: int = 2000,
     seed: int | np.random.Generator = 0,
+    starts: Sequence | None = None,
 ) -> np.ndarray:
     """Bootstrap replicates of a statistic, resampling runs independently within each task.
 
@@ -109,6 +141,8 @@ def stratified_bootstrap(
         statistic: see :data:`Statistic`.
         reps: number of replicates.
         seed: a seed or a generator; the same seed gives the same replicates.
+        starts: each run's warm start (a sequence of ``runs`` ids): resample starts, then runs
+            within them (module docstring), instead of runs within each task.
 
     Returns:
         array(reps, *points): the statistic of each resampled score array.
@@ -116,6 +150,17 @@ def stratified_bootstrap(
     arr, points = _as_3d(scores)
     rng = np.random.default_rng(seed)
     runs, tasks, p = arr.shape
+    if starts is not None:
+        _, table, counts = _start_table(starts, runs)
+        per_rep = table.size * tasks * p
+        chunk = max(1, min(reps, _MAX_CHUNK_ELEMENTS // max(per_rep, 1)))
+        out = []
+        for begin in range(0, reps, chunk):
+            b = min(chunk, reps - begin)
+            drawn = rng.integers(0, len(counts), size=(b, len(counts)))
+            idx = _within(table, counts, drawn, rng)  # (B, U * R)
+            out.append(_apply(statistic, arr[idx], points))
+        return np.concatenate(out, axis=0)
     per_rep = runs * tasks * p
     chunk = max(1, min(reps, _MAX_CHUNK_ELEMENTS // max(per_rep, 1)))
     task_idx = np.arange(tasks)[None, None, :]
@@ -134,8 +179,10 @@ def bootstrap_ci(
     reps: int = 2000,
     confidence: float = 0.95,
     seed: int | np.random.Generator = 0,
+    starts: Sequence | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Point estimate and stratified-bootstrap percentile interval of a statistic.
+    """Point estimate and stratified-bootstrap percentile interval of a statistic (hierarchical
+    over ``starts`` when given: :func:`stratified_bootstrap`).
 
     Returns:
         (estimate, lo, hi), each a 0-d array or array(*points). With a single run the interval
@@ -143,7 +190,7 @@ def bootstrap_ci(
     """
     arr, points = _as_3d(scores)
     estimate = _apply(statistic, arr[None], points)[0]
-    boot = stratified_bootstrap(scores, statistic, reps=reps, seed=seed)
+    boot = stratified_bootstrap(scores, statistic, reps=reps, seed=seed, starts=starts)
     alpha = (1.0 - confidence) / 2.0
     with np.errstate(invalid="ignore"):
         lo, hi = np.nanpercentile(boot, [100 * alpha, 100 * (1 - alpha)], axis=0)
@@ -157,16 +204,23 @@ def interval_estimates(
     reps: int = 2000,
     confidence: float = 0.95,
     seed: int = 0,
+    starts: Mapping[str, Sequence] | None = None,
 ) -> pd.DataFrame:
     """`bootstrap_ci` for every algorithm: columns algorithm, estimate, lo, hi, n_runs.
 
     Scalar statistics only (no points axis): this is the one-line table of a comparison.
+    ``starts``: algorithm -> each run's warm start, for the hierarchical resampling.
     """
     rows = []
     for i, algo in enumerate(order_algorithms(score_dict)):
         scores = np.asarray(score_dict[algo], float)
         est, lo, hi = bootstrap_ci(
-            scores, statistic, reps=reps, confidence=confidence, seed=seed + i
+            scores,
+            statistic,
+            reps=reps,
+            confidence=confidence,
+            seed=seed + i,
+            starts=None if starts is None else starts[algo],
         )
         rows.append(
             {
@@ -210,8 +264,15 @@ def probability_of_improvement_ci(
     reps: int = 2000,
     confidence: float = 0.95,
     seed: int | np.random.Generator = 0,
+    starts_x: Sequence | None = None,
+    starts_y: Sequence | None = None,
 ) -> tuple[float, float, float]:
-    """P(X > Y) with a stratified bootstrap interval (X and Y resampled independently)."""
+    """P(X > Y) with a stratified bootstrap interval (X and Y resampled independently).
+
+    With ``starts_x`` and ``starts_y`` (each run's warm start) the resampling is hierarchical and
+    paired: one draw of starts (with replacement) serves both algorithms, then each algorithm's
+    runs are drawn within each drawn start. Every start needs runs of both.
+    """
     xa, _ = _as_3d(x)
     ya, _ = _as_3d(y)
     if xa.shape[1] != ya.shape[1]:
@@ -220,6 +281,31 @@ def probability_of_improvement_ci(
     rng = np.random.default_rng(seed)
     tasks = np.arange(xa.shape[1])[None, None, :]
     estimate = probability_of_improvement(xa, ya)
+    if (starts_x is None) != (starts_y is None):
+        raise ValueError("give both starts_x and starts_y, or neither")
+    if starts_x is not None:
+        ids_x, tx, cx = _start_table(starts_x, xa.shape[0])
+        ids_y, ty, cy = _start_table(starts_y, ya.shape[0])
+        if set(ids_x) != set(ids_y):
+            raise ValueError(
+                f"x and y need runs from the same starts: {sorted(map(str, ids_x))} vs "
+                f"{sorted(map(str, ids_y))}"
+            )
+        order = [ids_y.index(i) for i in ids_x]
+        ty, cy = ty[order], cy[order]
+        per_rep = tx.size * ty.size * xa.shape[1]
+        chunk = max(1, min(reps, _MAX_CHUNK_ELEMENTS // max(per_rep, 1)))
+        out = []
+        for begin in range(0, reps, chunk):
+            b = min(chunk, reps - begin)
+            drawn = rng.integers(0, len(cx), size=(b, len(cx)))  # shared by x and y
+            out.append(
+                _poi_batched(xa[_within(tx, cx, drawn, rng)], ya[_within(ty, cy, drawn, rng)])
+            )
+        boot = np.concatenate(out)
+        alpha = (1.0 - confidence) / 2.0
+        lo, hi = np.percentile(boot, [100 * alpha, 100 * (1 - alpha)])
+        return estimate, float(lo), float(hi)
     out = []
     per_rep = xa.shape[0] * ya.shape[0] * xa.shape[1]
     chunk = max(1, min(reps, _MAX_CHUNK_ELEMENTS // max(per_rep, 1)))
@@ -242,11 +328,13 @@ def improvement_estimates(
     reps: int = 2000,
     confidence: float = 0.95,
     seed: int = 0,
+    starts: Mapping[str, Sequence] | None = None,
 ) -> pd.DataFrame:
     """P(reference > other) with intervals, one row per other algorithm.
 
     Columns: algorithm_x (the reference), algorithm_y, probability, lo, hi. Empty when the
-    reference algorithm is absent.
+    reference algorithm is absent. ``starts``: algorithm -> each run's warm start, for the
+    hierarchical paired resampling (:func:`probability_of_improvement_ci`).
     """
     columns = ["algorithm_x", "algorithm_y", "probability", "lo", "hi"]
     if reference not in score_dict:
@@ -261,6 +349,8 @@ def improvement_estimates(
             reps=reps,
             confidence=confidence,
             seed=seed + i,
+            starts_x=None if starts is None else starts[reference],
+            starts_y=None if starts is None else starts[other],
         )
         rows.append(
             {"algorithm_x": reference, "algorithm_y": other, "probability": p, "lo": lo, "hi": hi}

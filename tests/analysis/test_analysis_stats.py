@@ -14,6 +14,8 @@ from analysis import (
     describe_compute_to_target,
     fit_saturating,
     format_number,
+    improvement_estimates,
+    interval_estimates,
     iqm,
     probability_of_improvement,
     probability_of_improvement_ci,
@@ -117,6 +119,59 @@ def test_probability_of_improvement() -> None:
     assert (p, lo, hi) == (1.0, 1.0, 1.0)
     p, lo, hi = probability_of_improvement_ci(x, x, reps=200)
     assert p == 0.5 and lo < 0.5 < hi
+
+
+# --- hierarchical resampling (starts, then runs within a start) -------------------------------
+
+
+def test_hierarchical_bootstrap_weighs_drawn_starts_equally() -> None:
+    """Runs score their start's index; starts hold 1, 2 and 5 runs. Each replicate mean is the
+    mean of three drawn starts' indices (each drawn start gives as many runs as the largest
+    start), so it is a multiple of 1/3, whatever the run counts; weighting by runs would not be."""
+    labels = ["s0"] + ["s1"] * 2 + ["s2"] * 5
+    scores = np.array([0.0] + [1.0] * 2 + [2.0] * 5)
+    boot = stratified_bootstrap(scores, "mean", reps=500, seed=0, starts=labels)
+    np.testing.assert_allclose(boot * 3, np.round(boot * 3), atol=1e-12)  # float64 sums of 24
+    assert set(np.round(boot * 3).astype(int)) == set(range(7))  # every combination turns up
+
+
+def test_hierarchical_interval_holds_the_spread_over_starts() -> None:
+    """Three starts with offsets -1, 0, +1 and five near-identical runs each: run-level
+    resampling treats 15 runs as independent and gives a narrow interval; resampling starts
+    gives about the spread of three start means."""
+    rng = np.random.default_rng(1)
+    offsets = np.repeat([-1.0, 0.0, 1.0], 5)
+    scores = offsets + 0.01 * rng.standard_normal(15)
+    labels = np.repeat(["a", "b", "c"], 5)
+    _, lo_runs, hi_runs = bootstrap_ci(scores, reps=2000, seed=2)
+    _, lo, hi = bootstrap_ci(scores, reps=2000, seed=2, starts=labels)
+    assert hi - lo > 2 * (hi_runs - lo_runs)
+    assert lo < -0.5 and hi > 0.5  # a mean of three draws from {-1, 0, 1}
+    with pytest.raises(ValueError, match="one start per run \\(15\\)"):
+        bootstrap_ci(scores, starts=labels[:3])
+
+
+def test_hierarchical_probability_of_improvement_pairs_starts() -> None:
+    """x beats y by 0.1 within every start while starts differ by 1: drawing starts once for
+    both keeps each pair within a start, so every replicate of P(X > Y) sees x ahead in the
+    drawn starts; P itself is the unpaired statistic, unchanged."""
+    offsets = np.repeat([0.0, 1.0, 2.0], 2)
+    x, y = offsets + 0.1, offsets
+    labels = np.repeat(["a", "b", "c"], 2)
+    p, lo, hi = probability_of_improvement_ci(x, y, reps=500, starts_x=labels, starts_y=labels)
+    assert p == probability_of_improvement(x, y)
+    p_u, lo_u, hi_u = probability_of_improvement_ci(x, y, reps=500)
+    assert p_u == p and (hi - lo) <= (hi_u - lo_u)
+    with pytest.raises(ValueError, match="same starts"):
+        probability_of_improvement_ci(x, y, starts_x=labels, starts_y=np.repeat(["a", "b", "d"], 2))
+    with pytest.raises(ValueError, match="both starts_x and starts_y"):
+        probability_of_improvement_ci(x, y, starts_x=labels)
+    table = improvement_estimates(
+        {"sppo": x, "grpo": y}, reps=500, starts={"sppo": labels, "grpo": labels}
+    )
+    assert table.loc[0, ["probability", "lo", "hi"]].tolist() == [p, lo, hi]  # same seed
+    est = interval_estimates({"sppo": x}, "iqm", reps=200, starts={"sppo": labels})
+    assert est.loc[0, "lo"] <= est.loc[0, "estimate"] <= est.loc[0, "hi"]
 
 
 # --- saturating fit ---------------------------------------------------------------------------

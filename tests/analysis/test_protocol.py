@@ -1,0 +1,297 @@
+"""The verdict protocol (analysis/protocol.py) on item tables whose answer is worked by hand:
+the estimands, the t interval with the shared-item variance, censoring, Holm's step-down
+adjustment and the verdict rule. Coverage on simulated suites is tests/analysis/test_coverage.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from analysis.protocol import (
+    CONDITIONAL,
+    DOES_NOT_HOLD,
+    HOLDS,
+    ITEM_COLUMNS,
+    NOT_RESOLVED,
+    ClaimEstimate,
+    compute_ratio,
+    final_difference,
+    final_items,
+    holm,
+    horizon_slope,
+    linear_intervals,
+    verdict,
+)
+from analysis.simulate import Design, simulate_items
+
+#: Sums and means of at most a few hundred values in [0, 1] in float64, taken in another order by
+#: the test: rounding is a few ulps of the result's magnitude (<= ~10); a wrong weight or item
+#: moves them by >= 1e-3.
+TOL = 1e-9
+
+
+def _table(finals: dict, horizons: dict, fraction: float = 1.0, compute: float = 1.0):
+    """Item table from {(start, seed, algorithm, dataset): [score per item]} at one eval."""
+    rows = []
+    for (start, seed, algo, ds), scores in finals.items():
+        for i, v in enumerate(scores):
+            rows.append((start, seed, algo, ds, horizons.get(ds, np.nan), f"i{i}", fraction,
+                         compute, float(v)))  # fmt: skip
+    return pd.DataFrame(rows, columns=list(ITEM_COLUMNS))
+
+
+def _random_finals(rng, starts=4, seeds=1, sizes=(3, 5, 8)):
+    finals = {}
+    for s, r, a in itertools.product(range(starts), range(seeds), ("a", "b")):
+        for g, n in enumerate(sizes):
+            finals[(f"s{s}", 10 * s + r, a, f"g{g}")] = rng.integers(0, 2, n)
+    return finals
+
+
+# --- estimands -----------------------------------------------------------------------------
+
+
+def test_horizon_slope_is_the_items_least_squares_slope_per_start():
+    """Per start, the slope of group means weighted by items per group is the ordinary
+    least-squares slope over items with x = their group's horizon (unequal group sizes)."""
+    rng = np.random.default_rng(0)
+    horizons = {"g0": 1.0, "g1": 2.0, "g2": 5.0}
+    finals = _random_finals(rng, starts=4, seeds=2)
+    items = _table(finals, horizons)
+    est = horizon_slope(items, "a", "b")
+    expected = []
+    for s in range(4):
+        x, y = [], []
+        for g, n in enumerate((3, 5, 8)):
+            d = np.mean(
+                [finals[(f"s{s}", 10 * s + r, "a", f"g{g}")] for r in range(2)], axis=0
+            ) - np.mean([finals[(f"s{s}", 10 * s + r, "b", f"g{g}")] for r in range(2)], axis=0)
+            x += [horizons[f"g{g}"]] * n
+            y += list(d)
+        expected.append(np.polyfit(x, y, 1)[0])
+    np.testing.assert_allclose(est.per_start, expected, atol=TOL)
+    assert est.effect == pytest.approx(np.mean(expected), abs=TOL)
+    assert (est.n_starts, est.n_seeds, est.conditional) == (4, 2, False)
+
+
+def test_final_difference_without_item_folds_is_the_t_interval_over_starts():
+    """folds=1 leaves no item variance: the interval is Student's t over the per-start means of
+    the per-dataset item means."""
+    rng = np.random.default_rng(1)
+    finals = _random_finals(rng, starts=5)
+    items = _table(finals, {})
+    est = final_difference(items, "a", "b", folds=1)
+    per = [
+        np.mean([np.mean(finals[(f"s{s}", 10 * s, "a", f"g{g}")])
+                 - np.mean(finals[(f"s{s}", 10 * s, "b", f"g{g}")]) for g in range(3)])
+        for s in range(5)
+    ]  # fmt: skip
+    np.testing.assert_allclose(est.per_start, per, atol=TOL)
+    lo, hi = stats.t.interval(0.95, 4, loc=np.mean(per), scale=stats.sem(per))
+    assert (est.lo, est.hi) == (pytest.approx(lo, abs=TOL), pytest.approx(hi, abs=TOL))
+    tstat = np.mean(per) / stats.sem(per)
+    assert est.p_value == pytest.approx(2 * stats.t.sf(abs(tstat), 4), abs=TOL)
+    mde = (stats.t.ppf(0.975, 4) + stats.t.ppf(0.8, 4)) * stats.sem(per)
+    assert est.mde == pytest.approx(mde, abs=TOL)
+    lo99, hi99 = est.interval(0.01)
+    assert lo99 < est.lo and hi99 > est.hi
+
+
+def test_identical_starts_leave_only_the_shared_item_variance():
+    """When every start has the same scores, the spread over starts is 0 and the variance is the
+    shared items' alone: the delete-a-fold jackknife of the item mean (hand-computed)."""
+    scores_a = np.array([1, 0, 1, 1, 0, 1, 1, 1, 0, 1], float)
+    scores_b = np.array([0, 0, 1, 0, 0, 1, 0, 1, 0, 0], float)
+    sa = np.tile(scores_a.reshape(1, 1, 10), (3, 1, 1))  # (S, G, K): one item per fold
+    sb = np.tile(scores_b.reshape(1, 1, 10), (3, 1, 1))
+    n = np.ones_like(sa)
+    est = linear_intervals(sa, sb, n)
+    d = scores_a - scores_b
+    loo = (d.sum() - d) / 9
+    jk = 9 / 10 * ((loo - loo.mean()) ** 2).sum()
+    assert float(est.effect) == pytest.approx(d.mean(), abs=TOL)
+    assert float(est.se) == pytest.approx(np.sqrt(jk), abs=TOL)
+    assert float(est.df) == pytest.approx(9, abs=TOL)  # all from the items: folds - 1
+
+
+def test_shared_items_widen_the_interval_beyond_the_spread_over_starts():
+    rng = np.random.default_rng(2)
+    items = simulate_items(Design(n_starts=5, alg_item_sd=1.0), seed=3)
+    with_items = final_difference(items, "sppo", "grpo")
+    starts_only = final_difference(items, "sppo", "grpo", folds=1)
+    assert with_items.effect == pytest.approx(starts_only.effect, abs=TOL)
+    assert with_items.se > starts_only.se
+    del rng
+
+
+def test_logit_slope_of_a_constant_logit_shift_is_zero():
+    """a = b shifted by one logit in every group: the accuracy difference varies with the
+    group's level, the logit difference does not."""
+    rows = {}
+    for s in range(3):
+        for g, pb in enumerate((0.2, 0.5, 0.8)):
+            pa = 1 / (1 + np.exp(-(np.log(pb / (1 - pb)) + 1.0)))
+            n = 1000
+            rows[(f"s{s}", s, "a", f"g{g}")] = (np.arange(n) < round(pa * n)).astype(float)
+            rows[(f"s{s}", s, "b", f"g{g}")] = (np.arange(n) < round(pb * n)).astype(float)
+    items = _table(rows, {"g0": 1.0, "g1": 2.0, "g2": 3.0})
+    assert abs(horizon_slope(items, "a", "b", scale="logit").effect) < 5e-3  # rounding to 1/n
+    assert abs(horizon_slope(items, "a", "b").effect) > 0.03
+
+
+# --- claim (b) -----------------------------------------------------------------------------
+
+
+def _curves(curves: dict, items: int = 10) -> pd.DataFrame:
+    """{(start, seed, algorithm): [accuracy at fractions 0.25, .5, .75, 1]} -> item table, the
+    first round(acc * items) items correct; compute 1000 x fraction."""
+    rows = []
+    for (start, seed, algo), accs in curves.items():
+        for f, acc in zip((0.25, 0.5, 0.75, 1.0), accs, strict=True):
+            for i in range(items):
+                rows.append((start, seed, algo, "d", np.nan, f"i{i}", f, 1000 * f,
+                             float(i < round(acc * items))))  # fmt: skip
+    return pd.DataFrame(rows, columns=list(ITEM_COLUMNS))
+
+
+def test_compute_ratio_hand_worked():
+    """b: 0.2, 0.4, 0.6, 0.6: target = mean of the last quarter's evals (fractions 0.75, 1) =
+    0.6, b's isotonic curve reaches it at 750. Start 1's a reaches 0.6 at 500 (ratio 2/3); start
+    2's a (0.3, 0.5, 0.7, 0.5: isotonic 0.3, 0.5, 0.6, 0.6) reaches it at 750 (ratio 1)."""
+    items = _curves({
+        ("s1", 1, "a"): [0.4, 0.6, 0.6, 0.6], ("s1", 1, "b"): [0.2, 0.4, 0.6, 0.6],
+        ("s2", 2, "a"): [0.3, 0.5, 0.7, 0.5], ("s2", 2, "b"): [0.2, 0.4, 0.6, 0.6],
+    })  # fmt: skip
+    est = compute_ratio(items, "a", "b", folds=1)
+    np.testing.assert_allclose(est.per_start, [2 / 3, 1.0], atol=TOL)
+    assert est.effect == pytest.approx(np.sqrt(2 / 3), abs=TOL)  # geometric mean
+    assert est.censored == 0 and np.isfinite(est.hi)
+    budget = compute_ratio(items, "a", "b", folds=1, denominator="budget")
+    np.testing.assert_allclose(budget.per_start, [0.5, 0.75], atol=TOL)
+
+
+def test_compute_ratio_interpolates_and_censors():
+    """a 0.4, 0.5, 0.7, 0.8 reaches b's 0.6 halfway between 500 and 750 (625 / 750); a start
+    whose a stays below is censored at its spent compute (1000 / 750), making the upper end
+    infinite and the p-value one-sided."""
+    items = _curves({
+        ("s1", 1, "a"): [0.4, 0.5, 0.7, 0.8], ("s1", 1, "b"): [0.2, 0.4, 0.6, 0.6],
+        ("s2", 2, "a"): [0.1, 0.2, 0.3, 0.4], ("s2", 2, "b"): [0.2, 0.4, 0.6, 0.6],
+        ("s3", 3, "a"): [0.4, 0.6, 0.6, 0.6], ("s3", 3, "b"): [0.2, 0.4, 0.6, 0.6],
+    })  # fmt: skip
+    est = compute_ratio(items, "a", "b", folds=1)
+    np.testing.assert_allclose(est.per_start, [625 / 750, 1000 / 750, 500 / 750], atol=TOL)
+    assert est.censored == 1 and est.hi == np.inf and est.interval(0.01)[1] == np.inf
+    logs = np.log(est.per_start)
+    tstat = logs.mean() / stats.sem(logs)
+    assert est.p_value == pytest.approx(min(1.0, 2 * stats.t.sf(tstat, 2)), abs=TOL)
+    assert verdict(est, 0.05, "less") != HOLDS
+
+
+def test_isotonic_fit_matches_pool_adjacent_violators():
+    from analysis.protocol import _isotonic  # the helper under test, loop versus vectorised
+
+    def pava(y):
+        blocks = [[v, 1] for v in y]
+        i = 0
+        while i < len(blocks) - 1:
+            if blocks[i][0] / blocks[i][1] > blocks[i + 1][0] / blocks[i + 1][1]:
+                blocks[i] = [blocks[i][0] + blocks[i + 1][0], blocks[i][1] + blocks[i + 1][1]]
+                del blocks[i + 1]
+                i = max(i - 1, 0)
+            else:
+                i += 1
+        return np.concatenate([[s / n] * n for s, n in blocks])
+
+    y = np.random.default_rng(4).random((50, 9))
+    np.testing.assert_allclose(_isotonic(y), np.stack([pava(r) for r in y]), atol=TOL)
+
+
+# --- one start -----------------------------------------------------------------------------
+
+
+def test_one_start_is_conditional_over_its_seeds_and_gets_no_verdict():
+    items = simulate_items(Design(n_starts=1, n_seeds=4, shift=2.0), seed=5)
+    for f in (horizon_slope, final_difference, compute_ratio):
+        est = f(items, "sppo", "grpo")
+        assert est.conditional and est.n_starts == 1 and est.n_seeds == 4
+        assert np.isfinite(est.lo) and np.isfinite(est.se)
+        assert verdict(est, 0.05, "greater") == CONDITIONAL
+    assert final_difference(items, "sppo", "grpo").lo > 0  # a large shift shows, conditionally
+
+
+# --- Holm and the verdict ------------------------------------------------------------------
+
+
+def test_holm_hand_worked_family():
+    """p = 0.01, 0.04, 0.03, 0.005 at alpha 0.05. Sorted: 0.005 at 0.05/4 = 0.0125 (rejected),
+    0.01 at 0.05/3 (rejected), 0.03 at 0.05/2 = 0.025 (not): testing stops, so 0.04 is not
+    rejected although it is below 0.05. Adjusted p: 4 x 0.005 = 0.02, 3 x 0.01 = 0.03,
+    max(0.03, 2 x 0.03) = 0.06, max(0.06, 1 x 0.04) = 0.06."""
+    rows = holm([0.01, 0.04, 0.03, 0.005], alpha=0.05)
+    assert [r.rank for r in rows] == [2, 4, 3, 1]
+    np.testing.assert_allclose([r.alpha_adj for r in rows], [0.05 / 3, 0.05, 0.025, 0.0125])
+    np.testing.assert_allclose([r.p_adj for r in rows], [0.03, 0.06, 0.06, 0.02])
+    assert [r.rejected for r in rows] == [True, False, False, True]
+
+
+def test_holm_counts_the_absent_members_of_the_family():
+    """The same four in a family of 6: thresholds 0.05/6, /5, /4, /3. 0.005 <= 0.00833 and
+    0.01 <= 0.01 are rejected, 0.03 > 0.0125 stops the test. Adjusted: 0.03, 0.05,
+    max(0.05, 4 x 0.03) = 0.12, max(0.12, 3 x 0.04) = 0.12."""
+    rows = holm([0.01, 0.04, 0.03, 0.005], alpha=0.05, family_size=6)
+    np.testing.assert_allclose([r.alpha_adj for r in rows], [0.01, 0.05 / 3, 0.0125, 0.05 / 6])
+    np.testing.assert_allclose([r.p_adj for r in rows], [0.05, 0.12, 0.12, 0.03])
+    assert [r.rejected for r in rows] == [True, False, False, True]
+    nan = holm([float("nan"), 0.001])
+    assert nan[0].rank == 2 and not nan[0].rejected and nan[1].rejected
+    with pytest.raises(ValueError, match="family_size=1"):
+        holm([0.1, 0.2], family_size=1)
+
+
+def _estimate(lo, hi, se, estimand="final_difference", n_starts=5, censored=0):
+    effect = (lo + hi) / 2
+    return ClaimEstimate(
+        estimand=estimand, a="a", b="b", effect=effect, lo=lo, hi=hi, level=0.95, p_value=0.5,
+        n_starts=n_starts, n_seeds=1, mde=0.1, conditional=n_starts == 1, per_start=(),
+        se=se, df=4.0, censored=censored,
+    )  # fmt: skip
+
+
+def test_verdict_uses_the_interval_at_the_adjusted_level():
+    half95 = stats.t.ppf(0.975, 4)
+    est = _estimate(0.1, 0.1 + 2 * half95 * 0.04, 0.04)  # centre 0.1 + 1.96.. se: excludes 0
+    assert est.lo > 0
+    assert verdict(est, 0.05, "greater") == HOLDS
+    assert verdict(est, 0.05, "less") == DOES_NOT_HOLD
+    assert verdict(est, 0.001, "greater") == NOT_RESOLVED  # wider at the adjusted level
+    assert verdict(_estimate(-0.1, 0.1, 0.04, n_starts=1), 0.05, "greater") == CONDITIONAL
+    with pytest.raises(ValueError, match="direction"):
+        verdict(est, 0.05, "up")
+
+
+# --- bad input -----------------------------------------------------------------------------
+
+
+def test_bad_input_names_the_field():
+    items = _table({("s", 0, "a", "g"): [1, 0], ("s", 0, "b", "g"): [0, 0]}, {"g": 1.0})
+    with pytest.raises(ValueError, match="lacks columns \\['correct'\\]"):
+        final_difference(items.drop(columns="correct"), "a", "b")
+    with pytest.raises(ValueError, match="a='c' has no rows; algorithms present: \\['a', 'b'\\]"):
+        final_difference(items, "c", "b")
+    with pytest.raises(ValueError, match="datasets \\['x'\\] have no rows"):
+        final_difference(items, "a", "b", datasets=["x"])
+    with pytest.raises(ValueError, match="two or more datasets with distinct horizons"):
+        horizon_slope(items, "a", "b")
+    with pytest.raises(ValueError, match="confidence"):
+        final_difference(items, "a", "b", confidence=95)
+
+
+def test_final_items_takes_each_runs_largest_fraction():
+    items = _curves({("s", 1, "a"): [0.1, 0.2, 0.3, 0.4], ("s", 1, "b"): [0.1, 0.2, 0.3, 0.4]})
+    assert set(final_items(items)["budget_fraction"]) == {1.0}
