@@ -208,8 +208,8 @@ def write_report(
         f"- tasks: {', '.join(sorted(map(str, runs['task'].dropna().unique()))) or '–'}; "
         f"models: {', '.join(sorted(map(str, runs['model'].dropna().unique()))) or '–'}",
         f"- benchmarks: {', '.join(order_datasets(points['dataset'].unique())) if has_points else '–'}"
-        f"; metric: `{metric}`; intervals: 95% stratified bootstrap over seeds "
-        "(±1.96 s.e. of the eval with one seed)",
+        f"; metric: `{metric}`; intervals after the claims: 95% stratified bootstrap over "
+        "seeds (±1.96 s.e. of the eval with one seed)",
         "",
     ]
     uri = tracking_uri or df.attrs.get("tracking_uri")

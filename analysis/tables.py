@@ -774,7 +774,9 @@ def describe_claims(table: pd.DataFrame) -> list[str]:
             else f"not in family {r['family']}'s tests (counts as p = 1)"
         )
         if not resolved:
-            adjusted += "; the interval includes no effect" if _covers(r, ratio) else ""
+            adjusted += (
+                f"; it includes {1 if ratio else 0} (no difference)" if _covers(r, ratio) else ""
+            )
         mde = f"smallest detectable effect {r['mde']:.3g}" + (" (log ratio)" if ratio else "")
         lines.append(
             f"- {head}: {effect}; {interval}; {adjusted}: **{r['verdict']}**; {mde}. "
