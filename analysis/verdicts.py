@@ -1,5 +1,10 @@
 """Verdicts with confidence: paired bootstrap over seeds for the suite's two headline claims.
 
+These compare algorithms over the RL seeds of one run set; they take no account of the warm
+start's variance or of the eval items. The claims' protocol (independent starts as the unit,
+items resampled, Holm over the declared family, coverage measured by simulation) is
+:mod:`analysis.protocol`; docs/statistics.md gives both.
+
 Every algorithm of one seed starts from the same warm start (docs/design.md §3), so the seed is
 a shared source of variance: a lucky warm start lifts every algorithm of that seed. Comparing
 algorithms run by run therefore pairs them by seed. A *paired* bootstrap resamples seeds with

@@ -1,5 +1,6 @@
 """Coverage, null rejection rate and power of the protocol's intervals on simulated claims suites
-(analysis/simulate.py): the printed level is the level reached.
+(analysis/simulate.py): the printed level is the level reached, at 3 starts (where it is what the
+simulation reaches: 0.97 for the slope) as at 5 and 10.
 
 Monte Carlo tolerance: each cell runs N = 1000 seeded suites, so an estimated coverage has a
 binomial standard error of sqrt(0.95 x 0.05 / 1000) = 0.69 points. The issue's band, coverage
@@ -29,7 +30,7 @@ RATIO_BOUND = 0.05 + 2.33 * np.sqrt(0.95 * 0.05 / N_RATIO)
 
 
 @pytest.mark.parametrize("dist", ["normal", "gamma"])
-@pytest.mark.parametrize("n_starts", [5, 10])
+@pytest.mark.parametrize("n_starts", [3, 5, 10])
 @pytest.mark.parametrize("estimand", ["horizon_slope", "final_difference"])
 def test_coverage_and_null_rejection(estimand, n_starts, dist):
     design = null_design(Design(n_starts=n_starts, start_dist=dist), estimand)
@@ -39,7 +40,7 @@ def test_coverage_and_null_rejection(estimand, n_starts, dist):
     effect, _ = evaluate(
         replace(design, **{field: getattr(design, field) + bump}), estimand, N, seed=100 + n_starts
     )
-    level = reached_level(n_starts, 0.95)
+    level = reached_level(n_starts, 0.95, estimand)  # printed: 0.97 for the slope at 3
     assert abs(null.truth) < 1e-6
     assert abs(null.coverage - level) <= 0.02, null
     assert abs(effect.coverage - level) <= 0.02, effect

@@ -120,13 +120,13 @@ def test_identical_starts_leave_only_the_shared_item_variance():
 
 
 def test_shared_items_widen_the_interval_beyond_the_spread_over_starts():
-    rng = np.random.default_rng(2)
+    """A large algorithm-by-item effect shared by every start: the interval with the items'
+    variance is wider than the t interval over starts alone (folds=1); the effect is the same."""
     items = simulate_items(Design(n_starts=5, alg_item_sd=1.0), seed=3)
     with_items = final_difference(items, "sppo", "grpo")
     starts_only = final_difference(items, "sppo", "grpo", folds=1)
     assert with_items.effect == pytest.approx(starts_only.effect, abs=TOL)
     assert with_items.se > starts_only.se
-    del rng
 
 
 def test_logit_slope_of_a_constant_logit_shift_is_zero():
@@ -225,6 +225,14 @@ def test_one_start_is_conditional_over_its_seeds_and_gets_no_verdict():
     assert final_difference(items, "sppo", "grpo").lo > 0  # a large shift shows, conditionally
 
 
+def test_one_start_one_seed_is_an_interval_over_items_alone():
+    """One start, one seed: the per-unit jackknife over the 20 item folds, 19 degrees of
+    freedom."""
+    items = simulate_items(Design(n_starts=1, n_seeds=1), seed=6)
+    est = final_difference(items, "sppo", "grpo")
+    assert est.conditional and est.df == 19 and np.isfinite(est.se) and est.se > 0
+
+
 # --- Holm and the verdict ------------------------------------------------------------------
 
 
@@ -270,6 +278,9 @@ def test_verdict_uses_the_interval_at_the_adjusted_level():
     assert verdict(est, 0.05, "greater") == HOLDS
     assert verdict(est, 0.05, "less") == DOES_NOT_HOLD
     assert verdict(est, 0.001, "greater") == NOT_RESOLVED  # wider at the adjusted level
+    # Holm stopped before this claim: not rejected, although its own interval excludes 0
+    assert verdict(est, 0.05, "greater", rejected=False) == NOT_RESOLVED
+    assert verdict(est, 0.05, "greater", rejected=True) == HOLDS
     assert verdict(_estimate(-0.1, 0.1, 0.04, n_starts=1), 0.05, "greater") == CONDITIONAL
     with pytest.raises(ValueError, match="direction"):
         verdict(est, 0.05, "up")
