@@ -620,8 +620,9 @@ def claims_table(
     verdict when every gate passes (:func:`analysis.gates.evaluate_gates`), else ``verdict``
     reads ``untestable on this testbed: ...``. Holm's adjustment runs per family over its
     declared size: claims that are untestable, not estimated, or not in this store count as
-    p = 1. With one start (``conditional``) the intervals hold for that start and the verdict
-    is :data:`NO_VERDICT`.
+    p = 1; a claim Holm does not reject is not resolved whatever its own interval says. With one
+    start (``conditional``) the intervals hold for that start and the verdict is
+    :data:`NO_VERDICT`.
     """
     rows: list[dict] = []
     estimates: list[ClaimEstimate | None] = []
@@ -693,7 +694,7 @@ def claims_table(
             rows[i]["verdict"] = (
                 NO_VERDICT
                 if est.conditional
-                else verdict(est, h.alpha_adj, _DIRECTION[claims[i].direction])
+                else verdict(est, h.alpha_adj, _DIRECTION[claims[i].direction], rejected=h.rejected)
             )
     return pd.DataFrame(rows, columns=list(CLAIM_COLUMNS))
 

@@ -421,3 +421,25 @@ def test_the_report_on_the_micro_suite_store_reads_claims_and_items(micro_suite,
     assert "two or more groups with distinct horizons" in table.loc[0, "note"]
     assert table.loc[1, "n_starts"] == 1 and bool(table.loc[1, "conditional"])
     assert "conditional on one start" in section
+
+
+def test_a_resolved_claim_gets_a_verdict_and_only_then_fewer(tmp_path: Path) -> None:
+    """Ten starts where sppo is ahead of its baseline at every horizon, more so the longer, and
+    learns on 0.4 of its time scale: both claims hold under Holm, and the ratio's sentence says
+    fewer."""
+    from analysis.protocol import HOLDS
+    from analysis.simulate import Design, simulate_items
+    from analysis.tables import claims_table, describe_claims
+
+    design = Design(
+        n_starts=10, horizons=(1, 2, 4, 8), items=40, evals=8, slope=0.4, shift=1.5, speed=0.4
+    )
+    one = simulate_items(design, seed=5, a="sppo", b="ppo")
+    two = simulate_items(design, seed=5, a="sppo", b="grpo")
+    items = pd.concat([one, two[two["algorithm"] == "grpo"]], ignore_index=True)
+    table = claims_table(_claims(), items)
+    assert list(table["verdict"]) == [HOLDS, HOLDS], table[["claim", "lo_adj", "hi_adj"]]
+    assert table.loc[1, "hi_adj"] < 1
+    horizon, rollouts = describe_claims(table)
+    assert "(fewer)" in rollouts and "includes 1" not in rollouts
+    assert "**holds**" in horizon and "conditional" not in horizon
