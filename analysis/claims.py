@@ -40,6 +40,7 @@ __all__ = [
     "DIRECTIONS",
     "ESTIMANDS",
     "GATE_KEYS",
+    "GATE_METRICS",
     "GROUP_KEYWORDS",
     "Claim",
     "Family",

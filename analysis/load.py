@@ -46,7 +46,13 @@ from benchmarks.telemetry.metrics import (
     parse_eval_metric,
 )
 
-from ._common import BUDGET_FRACTION, HORIZON_TAG, MLFLOW_PARENT_TAG, RUN_COLUMNS
+from ._common import (
+    BUDGET_FRACTION,
+    HORIZON_TAG,
+    MLFLOW_PARENT_TAG,
+    RUN_COLUMNS,
+    dataset_horizon,
+)
 
 __all__ = [
     "ITEM_TABLE_COLUMNS",
@@ -608,8 +614,6 @@ def _item_files(run_id: str, uri: str) -> list[dict[str, Any]]:
 def _group_horizon(group: str, dataset: str) -> float:
     """Position of an eval group on the horizon axis: ``arith_h4`` -> 4, Reasoning Gym's
     ``chain_sum_num_terms3`` (a group of ``chain_sum``) -> 3; NaN when the name holds none."""
-    from ._common import dataset_horizon
-
     h = dataset_horizon(group)
     if h is not None:
         return float(h)
