@@ -11,13 +11,15 @@ notebook or CI job can analyse a store without the training stack. Typical use::
     plot_training_curves(df)                  # train/score_mean, entropy, critic EV over compute
     plot_calibration(load_calibration(df))    # SPPO's critic: sigmoid(v) vs success rate
     plot_accuracy_vs_horizon(points)          # suite=horizon: final accuracy per horizon
-    verdicts(points)                          # paired verdicts on the suite's claims
+    items = load_items(df)                    # every eval's per-item scores, with the start
+    claims_table(claims, items, df)           # the declared claims: gates, Holm, verdicts
     write_report(df, "reports/default-suite")
 
 Uncertainty follows rliable (dict[algorithm] -> array(runs, tasks)): stratified bootstrap
 intervals, IQM, probability of improvement (docs/design.md §6; the shapes follow rliable).
-Comparisons of two algorithms pair them by seed (:mod:`analysis.verdicts`): a paired bootstrap
-over seeds, a minimum detectable effect, and a verdict on each claim (docs/design.md §8).
+Verdicts are drawn only on the claims a suite declared before it ran (:mod:`analysis.claims`),
+after their gates pass (:mod:`analysis.gates`), with the warm start as the unit of replication
+and Holm's adjustment over each declared family (:mod:`analysis.protocol`, docs/statistics.md).
 """
 
 from ._common import (
@@ -37,6 +39,7 @@ from .calibration import (
     plot_calibration,
     plot_calibration_trajectory,
 )
+from .claims import Claim, Family, Gates, parse_claims
 from .curves import (
     Curve,
     aligned_curves,
@@ -46,8 +49,9 @@ from .curves import (
     score_dict,
 )
 from .fit import SaturatingFit, fit_curves, fit_saturating, saturating_curve
+from .gates import Gate, claim_datasets, evaluate_gates, untestable
 from .horizon import horizon_points, horizon_table, plot_accuracy_vs_horizon
-from .load import TIDY_COLUMNS, eval_points, load_runs
+from .load import ITEM_TABLE_COLUMNS, TIDY_COLUMNS, eval_points, load_items, load_runs, run_params
 from .notebook import resolve_tracking_uri, save_figure
 from .plots import (
     plot_accuracy_table,
@@ -55,6 +59,18 @@ from .plots import (
     plot_memory,
     plot_panels,
     plot_training_curves,
+)
+from .protocol import (
+    CONDITIONAL,
+    ClaimEstimate,
+    HolmRow,
+    compute_ratio,
+    final_difference,
+    final_items,
+    holm,
+    horizon_slope,
+    reached_level,
+    verdict,
 )
 from .report import log_report_to_mlflow, write_report
 from .stats import (
@@ -68,7 +84,10 @@ from .stats import (
 )
 from .tables import (
     accuracy_table,
+    claims_table,
+    describe_claims,
     format_accuracy_table,
+    format_claims_table,
     format_number,
     improvement_table,
     iqm_table,
@@ -90,46 +109,64 @@ from .verdicts import (
 )
 
 __all__ = [
-    "ALGORITHM_ORDER",
-    "CALIBRATION_ARTIFACT",
-    "DATASET_LABELS",
-    "TABLE1_DATASETS",
-    "TIDY_COLUMNS",
     "accuracy_table",
     "algorithm_colors",
+    "ALGORITHM_ORDER",
     "aligned_curves",
     "bootstrap_ci",
+    "CALIBRATION_ARTIFACT",
     "calibration_bins",
     "calibration_trajectory",
+    "Claim",
+    "claim_datasets",
+    "ClaimEstimate",
+    "claims_table",
+    "compute_ratio",
     "compute_to_target",
+    "CONDITIONAL",
     "Curve",
+    "DATASET_LABELS",
+    "describe_claims",
     "describe_compute_to_target",
     "describe_verdicts",
     "difficulty_groups",
     "eval_points",
+    "evaluate_gates",
     "expected_calibration_error",
+    "Family",
+    "final_difference",
+    "final_items",
     "final_scores",
     "fit_curves",
     "fit_saturating",
     "format_accuracy_table",
+    "format_claims_table",
     "format_number",
+    "Gate",
+    "Gates",
+    "holm",
+    "HolmRow",
     "horizon_points",
+    "horizon_slope",
     "horizon_table",
     "improvement_estimates",
     "improvement_table",
     "interval_estimates",
     "iqm",
     "iqm_table",
+    "ITEM_TABLE_COLUMNS",
     "load_calibration",
+    "load_items",
     "load_runs",
     "log_report_to_mlflow",
     "memory_components_table",
     "memory_table",
     "order_algorithms",
     "order_datasets",
-    "PairedEstimate",
     "paired_difference",
     "paired_ratio_of_means",
+    "PairedEstimate",
+    "parse_claims",
     "plot_accuracy_table",
     "plot_accuracy_vs_compute",
     "plot_accuracy_vs_horizon",
@@ -140,17 +177,23 @@ __all__ = [
     "plot_training_curves",
     "probability_of_improvement",
     "probability_of_improvement_ci",
+    "reached_level",
     "resolve_tracking_uri",
     "rollouts_to_match",
+    "run_params",
     "saturating_curve",
     "SaturatingFit",
     "save_figure",
     "score_dict",
     "stratified_bootstrap",
     "summary_table",
+    "TABLE1_DATASETS",
     "throughput_table",
+    "TIDY_COLUMNS",
     "to_latex",
     "to_markdown",
+    "untestable",
+    "verdict",
     "verdicts",
     "write_report",
 ]

@@ -9,11 +9,16 @@ minutes at 1,000 runs. Any other store falls back to the client API (threaded).
 
 `eval_points` turns the tidy frame into the wide table the plots, fits and tables use: one row per
 run x dataset x eval step, with the eval metrics and every compute counter at that step.
+
+`load_items` reads the per-item correctness every eval logged (``eval_items/``) into the item
+table the verdicts resample: one row per run x eval x dataset x held-out item, with the warm
+start the run began from. `run_params` reads chosen params of runs (their logged config).
 """
 
 from __future__ import annotations
 
 import fnmatch
+import json
 import logging
 import sqlite3
 from collections.abc import Sequence
@@ -26,7 +31,9 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.telemetry.metrics import (
+    COMPUTE_ROLLOUT_SAMPLES,
     EVAL_BUDGET_FRACTION,
+    EVAL_ITEMS_DIR,
     TAG_ALGORITHM,
     TAG_BUDGET_KIND,
     TAG_BUDGET_LIMIT,
@@ -34,18 +41,46 @@ from benchmarks.telemetry.metrics import (
     TAG_MODEL,
     TAG_ROLE,
     TAG_SEED,
+    TAG_START,
     TAG_TASK,
     parse_eval_metric,
 )
 
-from ._common import BUDGET_FRACTION, HORIZON_TAG, MLFLOW_PARENT_TAG, RUN_COLUMNS
+from ._common import (
+    BUDGET_FRACTION,
+    HORIZON_TAG,
+    MLFLOW_PARENT_TAG,
+    RUN_COLUMNS,
+    dataset_horizon,
+)
 
-__all__ = ["TIDY_COLUMNS", "eval_points", "load_runs"]
+__all__ = [
+    "ITEM_TABLE_COLUMNS",
+    "TIDY_COLUMNS",
+    "eval_points",
+    "load_items",
+    "load_runs",
+    "run_params",
+]
 
 logger = logging.getLogger(__name__)
 
 #: Columns of the tidy frame, in order.
 TIDY_COLUMNS: tuple[str, ...] = (*RUN_COLUMNS, "step", "metric", "value", "timestamp")
+#: Columns of the item table (:func:`load_items`), in order.
+ITEM_TABLE_COLUMNS: tuple[str, ...] = (
+    "run_id",
+    "start",
+    "seed",
+    "algorithm",
+    "dataset",
+    "horizon",
+    "item",
+    "step",
+    "budget_fraction",
+    "compute",
+    "correct",
+)
 #: Roles of container runs (a suite's or sweep's parent) that carry no training curve.
 CONTAINER_ROLES: tuple[str, ...] = ("suite", "sweep")
 #: Prefixes of metrics treated as compute counters and joined onto eval points.
@@ -458,4 +493,192 @@ def _empty_history() -> pd.DataFrame:
             "value": pd.Series(dtype="float64"),
             "timestamp": pd.Series(dtype="int64"),
         }
+    )
+
+
+# --- per-item correctness ------------------------------------------------------------------
+
+
+def run_params(
+    run_ids: Sequence[str], keys: Sequence[str], tracking_uri: str | None = None
+) -> pd.DataFrame:
+    """Chosen params of runs (their flattened config): one row per run id, one column per key,
+    None where a run did not log it. Read with SQL from a SQLite store, else through the client.
+    """
+    ids = list(dict.fromkeys(str(r) for r in run_ids))
+    rows: dict[str, dict[str, str | None]] = {r: dict.fromkeys(keys) for r in ids}
+    uri = tracking_uri or _current_tracking_uri()
+    db_path = _sqlite_path(uri)
+    if db_path is not None and ids and keys:
+        con = _connect(db_path)
+        try:
+            for start in range(0, len(ids), _SQL_CHUNK):
+                chunk = ids[start : start + _SQL_CHUNK]
+                for run_id, key, value in con.execute(
+                    "SELECT run_uuid, key, value FROM params "
+                    f"WHERE run_uuid IN ({','.join('?' * len(chunk))}) "
+                    f"AND key IN ({','.join('?' * len(keys))})",
+                    [*chunk, *keys],
+                ):
+                    rows[run_id][key] = value
+        finally:
+            con.close()
+    elif ids and keys:
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(tracking_uri=uri)
+        for run_id in ids:
+            params = client.get_run(run_id).data.params
+            rows[run_id].update({k: params.get(k) for k in keys})
+    return pd.DataFrame.from_dict(rows, orient="index", columns=list(keys)).rename_axis("run_id")
+
+
+def _start_ids(df: pd.DataFrame, uri: str) -> dict[str, str]:
+    """Per run, the warm start it began from: its ``sppo_bench.start`` tag, else (runs logged
+    before the tag) ``s<start seed>`` from its ``warmstart.per_seed`` and ``seed`` params, else
+    one start for every such run (unknown starts are taken as shared: no claim of independence
+    is made that the store cannot back)."""
+    runs = df.drop_duplicates("run_id")
+    ids = runs["run_id"].astype(str).tolist()
+    params = run_params(ids, ["warmstart.per_seed", "seed", "model.name_or_path"], uri)
+    tags = _tags(ids, [TAG_START], uri)
+    out = {}
+    for run_id, seed in zip(ids, runs["seed"], strict=True):
+        tag = tags.get(run_id, {}).get(TAG_START)
+        if tag:
+            out[run_id] = tag
+            continue
+        p = params.loc[run_id]
+        if p["model.name_or_path"] not in (None, "None"):
+            out[run_id] = str(p["model.name_or_path"])
+        elif p["warmstart.per_seed"] == "True":
+            out[run_id] = f"s{seed}"
+        elif p["warmstart.per_seed"] == "False" and p["seed"] is not None:
+            out[run_id] = f"s{p['seed']}"
+        else:
+            out[run_id] = "unknown"
+    return out
+
+
+def _tags(run_ids: Sequence[str], keys: Sequence[str], uri: str) -> dict[str, dict[str, str]]:
+    db_path = _sqlite_path(uri)
+    out: dict[str, dict[str, str]] = {r: {} for r in run_ids}
+    if db_path is not None:
+        con = _connect(db_path)
+        try:
+            for start in range(0, len(run_ids), _SQL_CHUNK):
+                chunk = list(run_ids[start : start + _SQL_CHUNK])
+                for run_id, key, value in con.execute(
+                    "SELECT run_uuid, key, value FROM tags "
+                    f"WHERE run_uuid IN ({','.join('?' * len(chunk))}) "
+                    f"AND key IN ({','.join('?' * len(keys))})",
+                    [*chunk, *keys],
+                ):
+                    out[run_id][key] = value
+        finally:
+            con.close()
+        return out
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    for run_id in run_ids:
+        tags = client.get_run(run_id).data.tags
+        out[run_id] = {k: tags[k] for k in keys if k in tags}
+    return out
+
+
+def _item_files(run_id: str, uri: str) -> list[dict[str, Any]]:
+    """The run's ``eval_items/*.json`` artifacts, parsed: straight from disk when the artifact
+    store is a local directory (a SQLite store's ``mlartifacts/``), else downloaded."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    root = client.get_run(run_id).info.artifact_uri
+    local = None
+    if root.startswith("file://"):
+        from urllib.parse import unquote, urlparse
+
+        local = Path(unquote(urlparse(root).path))
+    elif "://" not in root:
+        local = Path(root)
+    if local is not None:
+        return [json.loads(p.read_text()) for p in sorted((local / EVAL_ITEMS_DIR).glob("*.json"))]
+    files = [f.path for f in client.list_artifacts(run_id, EVAL_ITEMS_DIR) if not f.is_dir]
+    out = []
+    for path in sorted(files):
+        with open(client.download_artifacts(run_id, path)) as fh:
+            out.append(json.load(fh))
+    return out
+
+
+def _group_horizon(group: str, dataset: str) -> float:
+    """Position of an eval group on the horizon axis: ``arith_h4`` -> 4, Reasoning Gym's
+    ``chain_sum_num_terms3`` (a group of ``chain_sum``) -> 3; NaN when the name holds none."""
+    h = dataset_horizon(group)
+    if h is not None:
+        return float(h)
+    rest = group[len(dataset) + 1 :] if group.startswith(dataset + "_") else ""
+    digits = len(rest) - len(rest.rstrip("0123456789"))
+    return float(rest[-digits:]) if digits else float("nan")
+
+
+def load_items(df: pd.DataFrame, tracking_uri: str | None = None) -> pd.DataFrame:
+    """The item table: every eval's per-item correctness, one row per run x eval x dataset x
+    item (the whole task and each of its eval groups, so an item appears under both).
+
+    Args:
+        df: the tidy frame of :func:`load_runs` (its runs are read; its compute counters give
+            each eval's compute).
+        tracking_uri: default ``df.attrs["tracking_uri"]``.
+
+    Returns:
+        Columns :data:`ITEM_TABLE_COLUMNS`: ``start`` (the warm start's id: runs with one value share
+        it), ``seed`` (the RL seed), ``algorithm``, ``dataset`` (``arith``, ``arith_h4``),
+        ``horizon`` (the group's position on the horizon axis, NaN for the whole task), ``item``
+        (its id: the index among the task's held-out problems, as a string), ``step``,
+        ``budget_fraction``, ``compute`` (rollout samples consumed at that eval, NaN when not
+        logged) and ``correct`` (the greedy score in [0, 1]). Runs that logged no items (stores
+        written before they were) contribute no rows.
+    """
+    uri = tracking_uri or df.attrs.get("tracking_uri") or _current_tracking_uri()
+    empty = pd.DataFrame(columns=list(ITEM_TABLE_COLUMNS))
+    if df.empty:
+        return empty
+    runs = df.drop_duplicates("run_id")[["run_id", "seed", "algorithm"]]
+    starts = _start_ids(df, uri)
+    compute = df.loc[df["metric"] == COMPUTE_ROLLOUT_SAMPLES, ["run_id", "step", "value"]]
+    compute = {(r, s): v for r, s, v in compute.itertuples(index=False)}
+    frames = []
+    for run_id, seed, algorithm in runs.itertuples(index=False):
+        for f in _item_files(run_id, uri):
+            scores = np.asarray(f["scores"], dtype=float)
+            ids = np.arange(scores.size)
+            parts = [(f["dataset"], ids, float("nan"))] + [
+                (g, np.asarray(idx, dtype=int), _group_horizon(g, f["dataset"]))
+                for g, idx in f["groups"].items()
+            ]
+            for name, idx, horizon in parts:
+                frames.append(
+                    pd.DataFrame(
+                        {
+                            "run_id": run_id,
+                            "start": starts[run_id],
+                            "seed": seed,
+                            "algorithm": algorithm,
+                            "dataset": name,
+                            "horizon": horizon,
+                            "item": idx.astype(str),
+                            "step": int(f["step"]),
+                            "budget_fraction": float(f["budget_fraction"]),
+                            "compute": compute.get((run_id, int(f["step"])), np.nan),
+                            "correct": scores[idx],
+                        }
+                    )
+                )
+    if not frames:
+        return empty
+    items = pd.concat(frames, ignore_index=True)[list(ITEM_TABLE_COLUMNS)]
+    items.attrs["tracking_uri"] = uri
+    return items.sort_values(
+        ["run_id", "dataset", "budget_fraction"], kind="stable", ignore_index=True
     )

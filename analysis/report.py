@@ -38,14 +38,20 @@ from .calibration import (
     plot_calibration,
     plot_calibration_trajectory,
 )
+from .claims import CLAIMS_PARAM, Claim, claims_from_param
 from .curves import compute_to_target, describe_compute_to_target
 from .fit import fit_curves
+from .gates import claim_datasets
 from .horizon import horizon_table, plot_accuracy_vs_horizon
-from .load import eval_points
+from .load import ITEM_TABLE_COLUMNS, eval_points, load_items, run_params
 from .plots import plot_memory, plot_panels, plot_training_curves
+from .protocol import final_difference
 from .tables import (
     accuracy_table,
+    claims_table,
+    describe_claims,
     format_accuracy_table,
+    format_claims_table,
     improvement_table,
     iqm_table,
     memory_components_table,
@@ -55,7 +61,6 @@ from .tables import (
     to_latex,
     to_markdown,
 )
-from .verdicts import MIN_VERDICT_SEEDS, describe_verdicts, verdicts
 
 __all__ = ["log_report_to_mlflow", "write_report"]
 
@@ -116,6 +121,21 @@ class _Writer:
         self.lines += [f"## {title}", "", *[t for t in text], *([""] if text else [])]
 
 
+#: ``write_report``'s default for ``claims``: read them from the runs' params.
+_FROM_STORE = object()
+
+
+def _items(df: pd.DataFrame, uri: str | None) -> pd.DataFrame:
+    """The item table, or an empty one when the store cannot be read."""
+    if uri is None or df.empty:
+        return pd.DataFrame(columns=list(ITEM_TABLE_COLUMNS))
+    try:
+        return load_items(df, uri)
+    except Exception as err:  # an unreadable artifact store must not cost the whole report
+        logger.warning("per-item scores not read from %s: %s", uri, err)
+        return pd.DataFrame(columns=list(ITEM_TABLE_COLUMNS))
+
+
 def write_report(
     df: pd.DataFrame,
     out_dir: str | Path,
@@ -130,6 +150,8 @@ def write_report(
     seed: int = 0,
     tracking_uri: str | None = None,
     calibration: pd.DataFrame | None = None,
+    claims: list[Claim] | None | object = _FROM_STORE,
+    items: pd.DataFrame | None = None,
 ) -> Path:
     """Write figures (PNG, PDF), tables (CSV, Markdown, LaTeX) and ``report.md`` into out_dir.
 
@@ -149,6 +171,9 @@ def write_report(
             ``df.attrs["tracking_uri"]`` (set by :func:`analysis.load_runs`).
         calibration: the calibration tables (:func:`analysis.load_calibration`) instead of
             reading them from the store.
+        claims: the declared claims (:func:`analysis.claims.parse_claims`); default: those the
+            runs logged (their ``claims`` param); None: none declared (no verdicts).
+        items: the item table (:func:`analysis.load_items`) instead of reading it from the store.
 
     Figures, each when its data is present: accuracy versus every compute axis (one panel per
     benchmark), training dynamics (success rate, entropy, critic explained variance versus
@@ -183,14 +208,22 @@ def write_report(
         f"- tasks: {', '.join(sorted(map(str, runs['task'].dropna().unique()))) or '–'}; "
         f"models: {', '.join(sorted(map(str, runs['model'].dropna().unique()))) or '–'}",
         f"- benchmarks: {', '.join(order_datasets(points['dataset'].unique())) if has_points else '–'}"
-        f"; metric: `{metric}`; intervals: 95% stratified bootstrap over seeds "
-        "(±1.96 s.e. of the eval with one seed)",
+        f"; metric: `{metric}`; intervals after the claims: 95% stratified bootstrap over "
+        "seeds (±1.96 s.e. of the eval with one seed)",
         "",
     ]
     uri = tracking_uri or df.attrs.get("tracking_uri")
+    if claims is _FROM_STORE:
+        claims = _declared_claims(runs["run_id"], uri)
+    if items is None:
+        items = _items(df, uri)
     if has_points:
-        shared = _shared_start(runs["run_id"], uri)
-        _verdicts_section(w, points, metric, reference, reps, seed, shared_start=shared)
+        _claims_section(w, claims, items, df, seed)
+        w.lines += [
+            "Everything after the claims is exploratory: comparisons not declared before the "
+            "run, with no multiplicity control.",
+            "",
+        ]
     if not has_points:
         w.section("Accuracy", f"No `eval/*/{metric}` points were logged: nothing to plot.")
 
@@ -269,7 +302,7 @@ def write_report(
             told = table[table["x"].isin([COMPUTE_ROLLOUT_TOKENS, COMPUTE_WALL_S])]
             sentences = describe_compute_to_target(told if len(told) else table, reference)
             w.section(
-                "Compute to target",
+                "Compute to target (exploratory)",
                 "Compute at which the mean over seeds first reaches the target (default: the best "
                 "final accuracy among the baselines), interpolated linearly between eval points. "
                 "A ratio is told as fewer or more only when its 95% paired bootstrap interval over "
@@ -280,19 +313,37 @@ def write_report(
             )
             w.table("compute_to_target", f"Compute to target, relative to {reference}", table)
 
-        w.section("Robust aggregates over seeds (rliable)")
+        w.section("Robust aggregates over seeds (rliable; exploratory)")
+        starts = (
+            items.drop_duplicates("run_id").set_index("run_id")["start"].to_dict()
+            if len(items) and "run_id" in items.columns
+            else None
+        )
+        how = (
+            "starts resampled, then runs within a start, as for the claims"
+            if starts is not None
+            else "runs resampled by algorithm"
+        )
         w.table(
             "iqm",
-            f"IQM and mean of final {metric} over runs × benchmarks",
-            iqm_table(points, metric, reps=reps, seed=seed),
+            f"IQM and mean of final {metric} over runs × benchmarks, 95% bootstrap interval "
+            f"({how})",
+            iqm_table(points, metric, reps=reps, seed=seed, starts=starts),
         )
-        improvement = improvement_table(points, metric, reference=reference, reps=reps, seed=seed)
+        improvement = improvement_table(
+            points, metric, reference=reference, reps=reps, seed=seed, starts=starts
+        )
         if not improvement.empty:
+            pairing = (
+                "starts resampled, one draw for both algorithms, then runs within a start"
+                if starts is not None
+                else "runs resampled independently"
+            )
             w.table(
                 "improvement",
                 f"Probability of improvement P({reference} > other) on final {metric}, 95% "
-                "bootstrap interval (runs resampled independently); resolved: the interval "
-                "excludes 0.5, with two or more runs a side",
+                f"bootstrap interval ({pairing}); resolved: the interval excludes 0.5, with "
+                "two or more runs a side",
                 improvement,
             )
 
@@ -353,56 +404,80 @@ def write_report(
     return report
 
 
-def _shared_start(run_ids: pd.Series, uri: str | None) -> bool:
-    """Whether the runs' seeds shared one warm start (``warmstart.per_seed=false``, a param of
-    every run): the verdicts' intervals are then over RL seeds for that one start, which the
-    report must say. Unknown (no store, or runs logged without the param): False."""
+def _declared_claims(run_ids: pd.Series, uri: str | None) -> list[Claim] | None:
+    """The claims the runs declared (the ``claims`` param every run logs with its config);
+    None when the store cannot say (no store, or runs logged before claims were declared)."""
     if uri is None or run_ids.empty:
-        return False
-    from mlflow.tracking import MlflowClient
-
+        return None
     try:
-        params = MlflowClient(tracking_uri=uri).get_run(str(run_ids.iloc[0])).data.params
+        params = run_params(run_ids.astype(str).tolist()[:1], [CLAIMS_PARAM], uri)
+        return claims_from_param(params[CLAIMS_PARAM].iloc[0])
     except Exception as err:  # a store that cannot be read must not cost the whole report
-        logger.warning("warm-start params not read from %s: %s", uri, err)
-        return False
-    return params.get("warmstart.per_seed") == "False"
+        logger.warning("declared claims not read from %s: %s", uri, err)
+        return None
 
 
-def _verdicts_section(
+def _claims_section(
     w: _Writer,
-    points: pd.DataFrame,
-    metric: str,
-    reference: str,
-    reps: int,
+    claims: list[Claim] | None,
+    items: pd.DataFrame,
+    df: pd.DataFrame,
     seed: int,
-    *,
-    shared_start: bool = False,
 ) -> None:
-    """The report's opening: one line per (claim, task) of :func:`analysis.verdicts.verdicts`."""
-    # The expanded intervals' tails are 0.1% at 5 seeds: they need more replicates than the rest.
-    table = verdicts(points, reference, metric=metric, reps=max(reps, 10_000), seed=seed)
-    if table.empty:
+    """The report's opening: the declared claims' gates, estimates and verdicts."""
+    if claims is None:
+        w.section(
+            "Claims",
+            "These runs declared no claims (the `claims` node of their config): no verdict is "
+            "drawn, and every comparison below is exploratory.",
+        )
         return
-    pairing = (
-        "(one warm start, shared by every seed: a seed pairs the algorithms' runs by their RL "
-        "seed, so seeds are resampled together and the intervals are for that one start)"
-        if shared_start
-        else "(every algorithm of a seed starts from the same warm start, so seeds are resampled "
-        "together)"
-    )
+    if not claims:
+        w.section("Claims", "The config declares no claims (`claims: []`): nothing is tested.")
+        return
+    table = claims_table(claims, items, df, seed=seed)
     w.section(
-        "Verdicts",
-        "The suite's claims, each with its effect, the 95% paired bootstrap interval over seeds "
-        f"{pairing}, a verdict, and the smallest effect this seed count detects with 80% power "
-        "(a t test's). A difference holds when its interval is above 0 and does not "
-        "hold when below; a compute ratio holds when its interval is below 1, does not hold "
-        "when above, else the compute is the same within noise. Intervals are expanded "
-        "percentile intervals (wider the fewer the seeds, so that 95% means about 95%), and "
-        f"a verdict needs {MIN_VERDICT_SEEDS} seeds or more.",
+        "Claims",
+        "The claims declared in the suite's config before it ran, and only those. Each is "
+        "estimated with its starts as the unit of replication (the starts, then the RL seeds "
+        "within a start, then the eval items, docs/statistics.md); the interval's level is the "
+        "coverage it reaches in the simulation of this design. Holm's adjustment runs over each "
+        "declared family (claims × tasks; members not in this store count as p = 1): a verdict "
+        "reads the Holm-adjusted interval. A claim whose gates fail is untestable on this "
+        "testbed, not a verdict. With one warm start shared by every seed the intervals are "
+        "conditional on that start and no verdict is drawn.",
         "",
-        *describe_verdicts(table),
+        *describe_claims(table),
     )
+    w.table("claims", "Declared claims: the verdict table", table, format_claims_table(table))
+    _exploratory_groups(w, claims, items, seed)
+
+
+def _exploratory_groups(w: _Writer, claims: list[Claim], items: pd.DataFrame, seed: int) -> None:
+    """Per group, the paired final difference of each horizon claim's pair: exploratory."""
+    lines = []
+    for c in claims:
+        if c.estimand != "horizon_slope" or not {c.a, c.b} <= set(items["algorithm"]):
+            continue
+        cells = []
+        for ds in claim_datasets(c, items):
+            try:
+                e = final_difference(items, c.a, c.b, [ds], seed=seed)
+            except ValueError as err:
+                logger.info("no per-group difference at %s: %s", ds, err)
+                continue
+            cond = ", conditional" if e.conditional else ""
+            cells.append(f"{ds} {e.effect:+.3f} [{e.lo:+.3f}, {e.hi:+.3f}{cond}]")
+        if cells:
+            lines.append(f"- {c.a} − {c.b}, final, per group (95%): " + "; ".join(cells) + ".")
+    if lines:
+        w.lines += [
+            "*Exploratory* (not declared, no multiplicity control): the per-group final "
+            "differences behind the horizon claims.",
+            "",
+            *lines,
+            "",
+        ]
 
 
 _DYNAMICS = (TRAIN_SCORE_MEAN, TRAIN_ENTROPY, CRITIC_EXPLAINED_VAR)
@@ -438,7 +513,7 @@ def _horizon_section(w: _Writer, points: pd.DataFrame, metric: str, reps: int, s
     if table["horizon"].nunique() < 2:
         return
     w.section(
-        "Accuracy versus horizon",
+        "Accuracy versus horizon (exploratory)",
         "Final accuracy at each horizon (reasoning steps per problem): the long-horizon "
         "credit-assignment test. Grey dashed: accuracy before RL.",
     )

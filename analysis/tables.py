@@ -13,7 +13,7 @@ improvement over seeds.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -38,12 +38,30 @@ from ._common import (
     order_algorithms,
     order_datasets,
 )
+from .claims import Claim
 from .curves import final_scores, score_dict
+from .gates import claim_datasets, evaluate_gates, untestable
 from .load import eval_points
+from .protocol import (
+    DOES_NOT_HOLD,
+    HOLDS,
+    ClaimEstimate,
+    compute_ratio,
+    final_difference,
+    holm,
+    horizon_slope,
+    verdict,
+)
 from .stats import bootstrap_ci, improvement_estimates, interval_estimates
 
 __all__ = [
+    "CLAIM_COLUMNS",
+    "NOT_TESTED",
+    "NO_VERDICT",
     "accuracy_table",
+    "claims_table",
+    "describe_claims",
+    "format_claims_table",
     "format_accuracy_table",
     "format_number",
     "improvement_table",
@@ -340,13 +358,23 @@ def iqm_table(
     reps: int = 2000,
     confidence: float = 0.95,
     seed: int = 0,
+    starts: Mapping[str, object] | None = None,
 ) -> pd.DataFrame:
     """IQM and mean of final scores over runs x benchmarks, with stratified bootstrap intervals.
+
+    ``starts`` (run id -> its warm start, e.g. from :func:`analysis.load_items`): resample starts,
+    then runs within a start (:func:`analysis.stratified_bootstrap`'s hierarchical option), the
+    resampling the claims' intervals use; default: runs stratified by algorithm.
 
     Columns: algorithm, iqm, iqm_lo, iqm_hi, mean, mean_lo, mean_hi, n_runs.
     """
     scores = score_dict(points, metric, datasets)
-    kw = {"reps": reps, "confidence": confidence, "seed": seed}
+    kw = {
+        "reps": reps,
+        "confidence": confidence,
+        "seed": seed,
+        "starts": _run_starts(points, metric, datasets, starts),
+    }
     q = interval_estimates(scores, "iqm", **kw).set_index("algorithm")
     m = interval_estimates(scores, "mean", **kw).set_index("algorithm")
     out = pd.DataFrame(
@@ -373,19 +401,26 @@ def improvement_table(
     reps: int = 2000,
     confidence: float = 0.95,
     seed: int = 0,
+    starts: Mapping[str, object] | None = None,
 ) -> pd.DataFrame:
     """P(reference > other) on final scores over seeds, task-averaged over benchmarks.
 
     Columns: algorithm_x, algorithm_y, probability, lo, hi, n_runs_x, n_runs_y, and
     ``resolved``: the interval excludes 0.5 (a coin flip), with two or more runs on each side.
     With one run a side the bootstrap has no spread to resample and its interval collapses onto
-    the estimate, so a 1.0 from one seed each is not resolved. The interval resamples the two
-    algorithms' runs independently (rliable's definition), so it ignores the pairing by seed:
-    :func:`analysis.verdicts.paired_difference` is the paired comparison.
+    the estimate, so a 1.0 from one seed each is not resolved. Without ``starts`` the interval
+    resamples the two algorithms' runs independently (rliable's definition); with ``starts``
+    (run id -> its warm start) it resamples starts, one draw for both algorithms, then each
+    one's runs within a start: the claims' resampling, paired by start.
     """
     scores = score_dict(points, metric, datasets)
     table = improvement_estimates(
-        scores, reference=reference, reps=reps, confidence=confidence, seed=seed
+        scores,
+        reference=reference,
+        reps=reps,
+        confidence=confidence,
+        seed=seed,
+        starts=_run_starts(points, metric, datasets, starts),
     )
     runs = {algo: int(np.asarray(s).shape[0]) for algo, s in scores.items()}
     n_x = table["algorithm_x"].map(runs).fillna(0).astype(int)
@@ -393,6 +428,30 @@ def improvement_table(
     enough = (n_x >= 2) & (n_y >= 2)
     outside = (table["lo"].astype(float) > 0.5) | (table["hi"].astype(float) < 0.5)
     return table.assign(n_runs_x=n_x, n_runs_y=n_y, resolved=(enough & outside).astype(bool))
+
+
+def _run_starts(
+    points: pd.DataFrame,
+    metric: str,
+    datasets: Sequence[str] | None,
+    starts: Mapping[str, object] | None,
+) -> dict[str, list] | None:
+    """Per algorithm, the start of each row of :func:`analysis.curves.score_dict`'s array (its
+    runs, in the same order); None without ``starts`` or when a run's start is unknown."""
+    if starts is None:
+        return None
+    finals = final_scores(points, metric, datasets)
+    order = order_datasets(finals["dataset"].unique()) if datasets is None else list(datasets)
+    out = {}
+    for algo in order_algorithms(finals["algorithm"].dropna().unique()):
+        sub = finals[finals["algorithm"] == algo]
+        wide = sub.pivot_table(index="run_id", columns="dataset", values="value", aggfunc="last")
+        runs = wide.reindex(columns=order).dropna().index
+        if len(runs):
+            if any(r not in starts for r in runs):
+                return None
+            out[algo] = [starts[r] for r in runs]
+    return out
 
 
 # --- text writers --------------------------------------------------------------------------
@@ -498,3 +557,236 @@ def to_latex(
     if label is not None:
         wrapped.append(rf"\label{{{label}}}")
     return "\n".join([*wrapped, *body, r"\end{table}"]) + "\n"
+
+
+# --- declared claims: the verdict table ----------------------------------------------------
+
+#: Columns of :func:`claims_table`.
+CLAIM_COLUMNS = (
+    "claim",
+    "statement",
+    "estimand",
+    "a",
+    "b",
+    "direction",
+    "datasets",
+    "family",
+    "family_size",
+    "n_starts",
+    "n_seeds",
+    "effect",
+    "lo",
+    "hi",
+    "level",
+    "p_value",
+    "alpha_adj",
+    "lo_adj",
+    "hi_adj",
+    "p_adj",
+    "mde",
+    "conditional",
+    "verdict",
+    "gates",
+    "note",
+)
+#: The protocol's direction for each declared one (:data:`analysis.claims.DIRECTIONS`).
+_DIRECTION = {
+    "a >= b": "greater",
+    "a <= b": "less",
+    "a needs less compute": "less",
+    "a needs more compute": "greater",
+}
+_ESTIMATORS = {
+    "horizon_slope": horizon_slope,
+    "compute_ratio": compute_ratio,
+    "final_difference": final_difference,
+}
+NOT_TESTED = "not tested"
+NO_VERDICT = "no verdict: conditional on one start"
+
+
+def claims_table(
+    claims: Sequence[Claim],
+    items: pd.DataFrame,
+    df: pd.DataFrame | None = None,
+    *,
+    alpha: float = 0.05,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """One row per declared claim: its gates, estimate, nominal and Holm-adjusted intervals and
+    verdict (:mod:`analysis.protocol`), columns :data:`CLAIM_COLUMNS`.
+
+    A claim is estimated when both its algorithms have items on the datasets it uses; it gets a
+    verdict when every gate passes (:func:`analysis.gates.evaluate_gates`), else ``verdict``
+    reads ``untestable on this testbed: ...``. Holm's adjustment runs per family over its
+    declared size: claims that are untestable, not estimated, or not in this store count as
+    p = 1; a claim Holm does not reject is not resolved whatever its own interval says. With one
+    start (``conditional``) the intervals hold for that start and the verdict is
+    :data:`NO_VERDICT`.
+    """
+    rows: list[dict] = []
+    estimates: list[ClaimEstimate | None] = []
+    for c in claims:
+        row = dict.fromkeys(CLAIM_COLUMNS, float("nan"))
+        row.update(
+            claim=c.name,
+            statement=c.sentence,
+            estimand=c.estimand,
+            a=c.a,
+            b=c.b,
+            direction=c.direction,
+            family=c.family.name,
+            family_size=c.family.size,
+            conditional=False,
+            gates="",
+            note="",
+        )
+        est = None
+        present = set(items["algorithm"].dropna()) if len(items) else set()
+        absent = [x for x in (c.a, c.b) if x not in present]
+        if items.empty:
+            row["verdict"] = NOT_TESTED
+            row["note"] = "the runs logged no per-item scores (eval_items/)"
+        elif absent:
+            row["verdict"] = NOT_TESTED
+            row["note"] = f"{' and '.join(absent)}: no runs with item scores"
+        else:
+            used = claim_datasets(c, items)
+            row["datasets"] = ", ".join(used)
+            gates = evaluate_gates(c, items, df)
+            row["gates"] = "; ".join(f"{g.text} {'ok' if g.passes else 'FAIL'}" for g in gates)
+            need = 2 if c.estimand == "horizon_slope" else 1
+            try:
+                if len(used) < need:
+                    raise ValueError(
+                        f"groups={c.groups!r} selects {used or 'no datasets'}; {c.estimand} "
+                        f"needs {'two or more groups with distinct horizons' if need == 2 else 'one'}"
+                    )
+                est = _ESTIMATORS[c.estimand](items, c.a, c.b, used, seed=seed)
+            except ValueError as err:
+                row["verdict"], row["note"] = NOT_TESTED, str(err)
+            else:
+                row.update(
+                    n_starts=est.n_starts,
+                    n_seeds=est.n_seeds,
+                    effect=est.effect,
+                    lo=est.lo,
+                    hi=est.hi,
+                    level=est.level,
+                    p_value=est.p_value,
+                    mde=est.mde,
+                    conditional=est.conditional,
+                )
+                row["verdict"] = untestable(gates)
+                if row["verdict"] is not None:
+                    est = None  # untestable: no verdict, p = 1 in its family
+        rows.append(row)
+        estimates.append(est)
+    for family in dict.fromkeys(c.family.name for c in claims):
+        members = [i for i, c in enumerate(claims) if c.family.name == family]
+        p = [estimates[i].p_value if estimates[i] is not None else float("nan") for i in members]
+        for i, h in zip(members, holm(p, alpha, claims[members[0]].family.size), strict=True):
+            rows[i].update(alpha_adj=h.alpha_adj, p_adj=h.p_adj)
+            est = estimates[i]
+            if est is None:
+                continue
+            rows[i]["lo_adj"], rows[i]["hi_adj"] = est.interval(h.alpha_adj)
+            rows[i]["verdict"] = (
+                NO_VERDICT
+                if est.conditional
+                else verdict(est, h.alpha_adj, _DIRECTION[claims[i].direction], rejected=h.rejected)
+            )
+    return pd.DataFrame(rows, columns=list(CLAIM_COLUMNS))
+
+
+def _signed(v: float, ratio: bool) -> str:
+    if not np.isfinite(v):
+        return "∞" if v > 0 else "–"
+    return f"{v:.3g}" if ratio else f"{v:+.3f}"
+
+
+def _span(lo: float, hi: float, ratio: bool) -> str:
+    if not (np.isfinite(lo) or np.isfinite(hi)):
+        return "–"
+    return f"[{_signed(lo, ratio)}, {_signed(hi, ratio)}]"
+
+
+def format_claims_table(table: pd.DataFrame) -> pd.DataFrame:
+    """The verdict table as text: claim, starts x seeds, effect, interval (nominal, with the
+    level it reaches) and Holm-adjusted, verdict, smallest detectable effect, gates."""
+    out = []
+    for _, r in table.iterrows():
+        ratio = r["estimand"] == "compute_ratio"
+        cond = bool(r["conditional"])
+        nominal = _span(r["lo"], r["hi"], ratio)
+        if nominal != "–":
+            nominal += f" ({r['level']:.0%}" + (", conditional on one start)" if cond else ")")
+        adjusted = _span(r["lo_adj"], r["hi_adj"], ratio)
+        if adjusted != "–":
+            adjusted += f" (α = {r['alpha_adj']:.4g}" + (", conditional)" if cond else ")")
+        units = f"{int(r['n_starts'])} × {int(r['n_seeds'])}" if np.isfinite(r["n_starts"]) else "–"
+        mde = "–" if not np.isfinite(r["mde"]) else f"{r['mde']:.3g}" + (" (log)" if ratio else "")
+        out.append(
+            {
+                "claim": f"{r['claim']}: {r['statement']}",
+                "starts × seeds": units,
+                "effect": _signed(r["effect"], ratio),
+                "interval": nominal,
+                "Holm-adjusted": adjusted,
+                "verdict": r["verdict"] + (f" ({r['note']})" if r["note"] else ""),
+                "smallest detectable": mde,
+                "gates": r["gates"] or "–",
+            }
+        )
+    return pd.DataFrame(out)
+
+
+def describe_claims(table: pd.DataFrame) -> list[str]:
+    """One sentence per row of :func:`claims_table`. A ratio is told as fewer or more compute
+    only when the verdict rests on an interval that excludes 1 (never with one start); a
+    difference is told as higher or lower only likewise."""
+    lines = []
+    for _, r in table.iterrows():
+        ratio = r["estimand"] == "compute_ratio"
+        head = f"**{r['claim']}** (claim: {r['statement']}"
+        head += f"; on {r['datasets']})" if isinstance(r["datasets"], str) else ")"
+        if not np.isfinite(r["effect"]):
+            lines.append(f"- {head}: {r['verdict']}" + (f": {r['note']}" if r["note"] else "."))
+            continue
+        if ratio:
+            effect = f"{r['a']} needs {_signed(r['effect'], True)}× {r['b']}'s rollouts"
+        elif r["estimand"] == "horizon_slope":
+            effect = f"slope of {r['a']} − {r['b']} per horizon step {_signed(r['effect'], False)}"
+        else:
+            effect = f"final {r['a']} − {r['b']} {_signed(r['effect'], False)}"
+        resolved = r["verdict"] in (HOLDS, DOES_NOT_HOLD)
+        if ratio and resolved:
+            effect += f" ({'fewer' if r['hi_adj'] < 1 else 'more'})"
+        cond = " conditional on one start" if r["conditional"] else ""
+        interval = (
+            f"{r['level']:.0%} interval {_span(r['lo'], r['hi'], ratio)}{cond} over "
+            f"{int(r['n_starts'])} start{'s' if r['n_starts'] != 1 else ''} × "
+            f"{int(r['n_seeds'])} seed{'s' if r['n_seeds'] != 1 else ''}"
+        )
+        adjusted = (
+            f"Holm-adjusted (α = {r['alpha_adj']:.4g} in family {r['family']} of "
+            f"{int(r['family_size'])}): {_span(r['lo_adj'], r['hi_adj'], ratio)}"
+            if np.isfinite(r["alpha_adj"]) and np.isfinite(r["lo_adj"])
+            else f"not in family {r['family']}'s tests (counts as p = 1)"
+        )
+        if not resolved:
+            adjusted += (
+                f"; it includes {1 if ratio else 0} (no difference)" if _covers(r, ratio) else ""
+            )
+        mde = f"smallest detectable effect {r['mde']:.3g}" + (" (log ratio)" if ratio else "")
+        lines.append(
+            f"- {head}: {effect}; {interval}; {adjusted}: **{r['verdict']}**; {mde}. "
+            f"Gates: {r['gates'] or 'none declared'}."
+        )
+    return lines
+
+
+def _covers(row: pd.Series, ratio: bool) -> bool:
+    null = 1.0 if ratio else 0.0
+    lo, hi = row["lo_adj"], row["hi_adj"]
+    return bool(np.isfinite(lo) and lo <= null <= hi)

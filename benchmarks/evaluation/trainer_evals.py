@@ -1,7 +1,8 @@
 """Evaluation during training: what a run reports at each of its budget's eval fractions.
 
 At each fraction the trainer's own engine (the current weights) answers the task's held-out
-problems greedily; at the budget's end (and, if asked, at every fraction) the same problems are
+problems greedily, and every problem's score is logged as one small artifact per eval
+(``eval_items/``, so an analysis can resample items); at the budget's end (and, if asked, at every fraction) the same problems are
 also sampled k times (avg@k and pass@k, through :func:`evaluate_model`, the code of
 ``sppo-bench eval``), and a critic's predictions are set beside the policy's empirical success
 (calibration). Evaluation is metered as its own phase, so it never eats the training budget.
@@ -159,6 +160,17 @@ class TrainingEvaluator:
             M.EVAL_BUDGET_FRACTION: fraction,
         }
         groups = self.task.eval_groups() if hasattr(self.task, "eval_groups") else {}
+        # Every item's score, so an analysis can resample items (the metrics are their means).
+        self.tracker.log_dict(
+            {
+                "dataset": name,
+                "step": step,
+                "budget_fraction": fraction,
+                "scores": [float(s) for s in res.scores],
+                "groups": {g: list(idx) for g, idx in groups.items()},
+            },
+            M.eval_items_file(name, fraction),
+        )
         for group, (acc, se) in group_accuracies(res, groups).items():  # e.g. one per horizon
             m[M.eval_metric(group, "accuracy")] = acc
             m[M.eval_metric(group, "accuracy_se")] = se

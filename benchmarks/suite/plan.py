@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from algorithms import Algorithm, ConfigError, get_algorithm
+from algorithms import Algorithm, ConfigError, get_algorithm, list_algorithms
+from analysis.claims import Claim, parse_claims
 from benchmarks.engines.factory import check_rollout_config
 from benchmarks.suite.jobs import resolve_jobs
 from benchmarks.tasks.base import Task
@@ -74,6 +75,8 @@ class SuitePlan:
     suite_name: str
     #: Write the analysis report at the end (``suite.report``).
     report: bool
+    #: The claims the report tests (``claims``, :mod:`analysis.claims`).
+    claims: list[Claim]
     output_dir: Path
     cache_dir: str | None
     min_free_disk_gb: float
@@ -124,6 +127,15 @@ def as_dict(node: Any) -> dict[str, Any]:
     return OmegaConf.to_container(node, resolve=True)  # type: ignore[return-value]
 
 
+def _plain(node: Any) -> Any:
+    """A list node (or any node) as plain containers, resolved."""
+    from omegaconf import OmegaConf
+
+    if OmegaConf.is_config(node):
+        return OmegaConf.to_container(node, resolve=True)
+    return node
+
+
 #: Tasks the tiny character model can be warm-started on (``CharTask``s).
 CHAR_TASKS = ("arith", "reasoning_gym")
 #: ``algorithm.<name>.critic`` keys: that algorithm's values of ``trainer.critic_<key>``.
@@ -145,6 +157,7 @@ def validate(cfg: Any) -> SuitePlan:
     precision = _precision(cfg)
     task = _task(cfg)
     _check_warmstart(cfg)
+    claims = _claims(cfg, algorithms, task)
     model = _model(cfg, task)
     _check_critic_models(cfg, algorithms, trainers, task, model)
     if cfg.engine.name == "torch":  # verl's own `engine.rollout` names verl's backend
@@ -168,6 +181,7 @@ def validate(cfg: Any) -> SuitePlan:
         experiment=str(cfg.tracking.experiment),
         suite_name=str(cfg.suite.name),
         report=bool(cfg.suite.get("report", True)),
+        claims=claims,
         output_dir=Path(str(cfg.output_dir)),
         cache_dir=None if not cfg.get("cache_dir") else str(cfg.cache_dir),
         min_free_disk_gb=min_free,
@@ -378,6 +392,33 @@ def _task(cfg: Any) -> Task:
         raise ConfigError(f"task: {e}") from e
     except ValueError as e:
         raise ConfigError(str(e)) from e
+
+
+def _claims(cfg: Any, algorithms: Mapping[str, Algorithm], task: Task) -> list[Claim]:
+    """``claims``: each claim's fields against the registered algorithms and the task's eval
+    datasets. A claim whose algorithms are not both selected is kept (its family counts it) and
+    reported as not evaluated; that is said now, not after the suite."""
+    node = cfg.get("claims")
+    datasets = [task.eval_name, *(task.eval_groups() if hasattr(task, "eval_groups") else {})]
+    try:
+        claims = parse_claims(
+            None if node is None else _plain(node),
+            algorithms=list_algorithms(),
+            datasets=datasets,
+        )
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+    for c in claims:
+        absent = [x for x in (c.a, c.b) if x not in algorithms]
+        if absent:
+            log.warning(
+                "claim %r compares %s and %s; %s not selected: the report cannot test it",
+                c.name,
+                c.a,
+                c.b,
+                " and ".join(absent),
+            )
+    return claims
 
 
 def _check_warmstart(cfg: Any) -> None:

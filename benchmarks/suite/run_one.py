@@ -104,7 +104,13 @@ def run_one(
                 ctx.exp_id,
                 run_name=f"{name}-s{seed}",
                 parent_run_id=parent_id,
-                tags={**ctx.tags, M.TAG_ROLE: "run", M.TAG_ALGORITHM: name, M.TAG_SEED: str(seed)},
+                tags={
+                    **ctx.tags,
+                    M.TAG_ROLE: "run",
+                    M.TAG_ALGORITHM: name,
+                    M.TAG_SEED: str(seed),
+                    M.TAG_START: plan.model.name_or_path or f"s{plan.start_seed(seed)}",
+                },
                 params=run_params,
             )
         ) as mlflow_tracker:

@@ -21,6 +21,7 @@ __all__ = [
     "MEMORY_PEAK_BYTES",
     "MEMORY_PEAK_TENSOR_BYTES",
     "MEMORY_RSS_PEAK_BYTES",
+    "EVAL_ITEMS_DIR",
     "START_DIFFICULTY_KEYS",
     "TAG_ALGORITHM",
     "TAG_BUDGET_KIND",
@@ -29,9 +30,11 @@ __all__ = [
     "TAG_MODEL",
     "TAG_ROLE",
     "TAG_SEED",
+    "TAG_START",
     "TAG_TASK",
     "TAG_VERSION",
     "avg_at_name",
+    "eval_items_file",
     "eval_metric",
     "flops_phase",
     "parse_eval_metric",
@@ -140,6 +143,21 @@ def eval_metric(dataset: str, metric: str) -> str:
     return f"{EVAL_PREFIX}/{dataset}/{metric}"
 
 
+#: Artifact folder of the per-item correctness a run logs at every eval, one JSON file per eval
+#: (:func:`eval_items_file`): ``{"dataset", "step", "budget_fraction", "scores", "groups"}``,
+#: where ``scores[i]`` is the greedy score of held-out problem ``i`` (the item's id is its index
+#: in the task's held-out problems, the same for every run of a config) and ``groups`` maps each
+#: eval group (``arith_h4``) to its items' ids.
+EVAL_ITEMS_DIR = "eval_items"
+
+
+def eval_items_file(dataset: str, fraction: float) -> str:
+    """Artifact path of one eval's item scores: ``eval_items/<dataset>_f<fraction>.json``. Named by
+    the budget fraction (never two evals of a run at one fraction), so an eval recomputed after a
+    resume overwrites its own file: no duplicate, no loss."""
+    return f"{EVAL_ITEMS_DIR}/{dataset}_f{fraction:.6f}.json"
+
+
 def parse_eval_metric(name: str) -> tuple[str, str] | None:
     """Inverse of :func:`eval_metric`; ``None`` for names that are not eval metrics."""
     parts = name.split("/")
@@ -152,6 +170,9 @@ def parse_eval_metric(name: str) -> tuple[str, str] | None:
 TAG_ROLE = "sppo_bench.role"  # "suite" (parent) | "run" (child) | "sweep" | "trial"
 TAG_ALGORITHM = "algorithm"
 TAG_SEED = "seed"
+#: The warm start a run begins from (``s<start seed>``; the checkpoint's name for a real model):
+#: runs with one value share their start, the unit a verdict replicates over.
+TAG_START = "sppo_bench.start"
 TAG_TASK = "task"
 TAG_MODEL = "model"
 TAG_ENGINE = "engine"

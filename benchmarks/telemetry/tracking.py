@@ -80,20 +80,26 @@ class Tracker(Protocol):
 
     def log_table(self, data: Mapping[str, list], artifact_file: str) -> None: ...
 
+    def log_dict(self, data: Mapping[str, Any], artifact_file: str) -> None: ...
+
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None: ...
 
 
 class NullTracker:
-    """Tracks nothing. Metrics it receives are kept in memory for inspection."""
+    """Tracks nothing. Metrics and dicts it receives are kept in memory for inspection."""
 
     def __init__(self) -> None:
         self.history: list[tuple[int, dict[str, float]]] = []
+        self.dicts: dict[str, dict[str, Any]] = {}
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         self.history.append((step, dict(metrics)))
 
     def log_table(self, data: Mapping[str, list], artifact_file: str) -> None:
         pass
+
+    def log_dict(self, data: Mapping[str, Any], artifact_file: str) -> None:
+        self.dicts[artifact_file] = dict(data)
 
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
         pass
@@ -248,6 +254,8 @@ class MlflowTracker:
         self.client.log_artifact(self.run_id, str(path), artifact_path)
 
     def log_dict(self, data: Mapping[str, Any], artifact_file: str) -> None:
+        """Write ``data`` as a JSON artifact, replacing a file of the same name (``log_table``
+        appends to one instead)."""
         self.client.log_dict(self.run_id, dict(data), artifact_file)
 
     @classmethod

@@ -268,3 +268,178 @@ def test_resolve_tracking_uri_finds_the_store_in_a_parent(tmp_path: Path) -> Non
     assert resolve_tracking_uri("http://127.0.0.1:5000") == "http://127.0.0.1:5000"
     with pytest.raises(FileNotFoundError, match="SPPO_BENCH_TRACKING_URI"):
         resolve_tracking_uri("sqlite:///missing.db", start=tmp_path)
+
+
+# --- the claims section: declared claims, gates, Holm, the one-start label ------------------
+
+
+def _suite_items(n_starts: int, n_seeds: int, seed: int = 0) -> pd.DataFrame:
+    """A simulated claims suite (analysis.simulate) with sppo, ppo and grpo on four groups:
+    sppo against ppo and grpo against ppo drawn from one design, ppo's rows kept once."""
+    from analysis.simulate import Design, simulate_items
+
+    design = Design(n_starts=n_starts, n_seeds=n_seeds, horizons=(1, 2, 4, 8), items=40, evals=4)
+    one = simulate_items(design, seed=seed, a="sppo", b="ppo")
+    two = simulate_items(design, seed=seed + 1, a="grpo", b="ppo")
+    items = pd.concat([one, two[two["algorithm"] == "grpo"]], ignore_index=True)
+    return items.assign(run_id=lambda d: d["start"] + "-" + d["seed"].astype(str) + d["algorithm"])
+
+
+def _tidy_of(items: pd.DataFrame) -> pd.DataFrame:
+    """The tidy frame the runs of an item table would have logged: each eval's accuracy per
+    dataset, its budget fraction and compute."""
+    acc = (
+        items.groupby(["run_id", "algorithm", "seed", "dataset", "budget_fraction"])
+        .agg(accuracy=("correct", "mean"), compute=("compute", "first"))
+        .reset_index()
+    )
+    acc["step"] = (acc["budget_fraction"] * 100).round().astype(int)
+    rows = []
+    for r in acc.itertuples(index=False):
+        base = {"run_id": r.run_id, "algorithm": r.algorithm, "seed": r.seed, "step": r.step}
+        rows += [
+            {**base, "metric": f"eval/{r.dataset}/accuracy", "value": r.accuracy},
+            {**base, "metric": "eval/budget_fraction", "value": r.budget_fraction},
+            {**base, "metric": "compute/rollout_samples", "value": r.compute},
+        ]
+    df = pd.DataFrame(rows).drop_duplicates(["run_id", "metric", "step"])
+    return df.assign(task="arith", model="tiny")
+
+
+def _claims(**gates):
+    from analysis.claims import parse_claims
+
+    common = {"groups": "all", "family": {"name": "headline", "size": 4}, "gates": gates}
+    return parse_claims(
+        [
+            {"name": "horizon", "estimand": "horizon_slope", "a": "sppo", "b": "ppo",
+             "direction": "a >= b", **common},
+            {"name": "rollouts", "estimand": "compute_ratio", "a": "sppo", "b": "grpo",
+             "direction": "a needs less compute", **common},
+        ]
+    )  # fmt: skip
+
+
+def _claims_text(text: str) -> str:
+    return text.split("## Claims", 1)[1].split("\n## ", 1)[0]
+
+
+def test_one_shared_start_gives_conditional_intervals_and_no_verdict(tmp_path: Path) -> None:
+    from analysis import write_report
+    from analysis.protocol import DOES_NOT_HOLD, HOLDS, NOT_RESOLVED
+    from analysis.tables import NO_VERDICT
+
+    items = _suite_items(n_starts=1, n_seeds=3)
+    text = write_report(
+        _tidy_of(items), tmp_path / "r", claims=_claims(), items=items, reps=200, fit_reps=2
+    ).read_text()
+    assert re.findall(r"^## (.+)$", text, flags=re.M)[0] == "Claims"
+    section = _claims_text(text)
+    bullets = [ln for ln in section.splitlines() if ln.startswith("- **")]
+    assert len(bullets) == 2
+    for b in bullets:
+        assert "conditional on one start over 1 start × 3 seeds" in b
+        assert f"**{NO_VERDICT}**" in b
+        assert f"**{HOLDS}**" not in b and f"**{DOES_NOT_HOLD}**" not in b
+        assert f"**{NOT_RESOLVED}**" not in b
+        result = b.split("): ", 1)[1]  # after the claim's own statement
+        assert " fewer" not in result and " more " not in result
+    table = pd.read_csv(tmp_path / "r" / "claims.csv")
+    assert set(table["verdict"]) == {NO_VERDICT} and table["conditional"].all()
+    assert (table["n_starts"] == 1).all()
+    assert "conditional on one start" in (tmp_path / "r" / "claims.md").read_text()
+    assert "Everything after the claims is exploratory" in text
+
+
+def test_holm_levels_shown_match_holm_over_the_declared_family(tmp_path: Path) -> None:
+    from analysis import write_report
+    from analysis.protocol import holm
+
+    items = _suite_items(n_starts=5, n_seeds=1, seed=3)
+    write_report(
+        _tidy_of(items), tmp_path / "r", claims=_claims(), items=items, reps=200, fit_reps=2
+    )
+    table = pd.read_csv(tmp_path / "r" / "claims.csv")
+    assert not table["conditional"].any() and (table["n_starts"] == 5).all()
+    # two of the family's four members are here; the other two count as p = 1
+    rows = holm(table["p_value"].tolist(), 0.05, family_size=4)
+    np.testing.assert_allclose(table["alpha_adj"], [r.alpha_adj for r in rows], rtol=0)
+    np.testing.assert_allclose(table["p_adj"], [r.p_adj for r in rows], rtol=0)
+    # by hand: the smaller p is tested at 0.05 / 4, the larger at 0.05 / 3
+    small = table["p_value"].idxmin()
+    assert table.loc[small, "alpha_adj"] == pytest.approx(0.0125)
+    assert table.loc[1 - small, "alpha_adj"] == pytest.approx(0.05 / 3)
+    shown = (tmp_path / "r" / "claims.md").read_text()
+    for a in table["alpha_adj"]:
+        assert f"α = {a:.4g}" in shown
+    # the adjusted interval is wider than the nominal one
+    assert (table["lo_adj"] < table["lo"]).all() and (table["hi_adj"] >= table["hi"]).all()
+
+
+def test_a_failing_gate_reads_untestable_and_counts_as_p_one(tmp_path: Path) -> None:
+    from analysis import write_report
+    from analysis.claims import parse_claims
+
+    items = _suite_items(n_starts=5, n_seeds=1, seed=3)
+    horizon, rollouts = _claims()
+    gated = parse_claims(
+        [
+            {"name": "horizon", "estimand": "horizon_slope", "a": "sppo", "b": "ppo",
+             "direction": "a >= b", "groups": "all", "family": {"name": "headline", "size": 4},
+             "gates": {"start_max": 0.0}},
+        ]
+    )[0]  # fmt: skip
+    text = write_report(
+        _tidy_of(items), tmp_path / "r", claims=[gated, rollouts], items=items, fit_reps=2
+    ).read_text()
+    table = pd.read_csv(tmp_path / "r" / "claims.csv")
+    assert table.loc[0, "verdict"].startswith(
+        "untestable on this testbed: start accuracy at sim_h1 = "
+    )
+    assert "(needs <= 0)" in table.loc[0, "verdict"]
+    assert "untestable on this testbed: start accuracy at sim_h1" in _claims_text(text)
+    # the gated claim is not tested: it counts as p = 1, like the two members not here
+    from analysis.protocol import holm
+
+    assert np.isnan(table.loc[0, "lo_adj"]) and table.loc[0, "p_adj"] == 1.0
+    rows = holm([1.0, table.loc[1, "p_value"]], 0.05, family_size=4)
+    assert table.loc[1, "alpha_adj"] == rows[1].alpha_adj
+    assert table.loc[1, "p_adj"] == rows[1].p_adj
+
+
+def test_the_report_on_the_micro_suite_store_reads_claims_and_items(micro_suite, by_run_id):
+    out, _ = by_run_id
+    text = (out / "report.md").read_text()
+    section = _claims_text(text)
+    # the runs' declared claims (config.yaml's two), from their params
+    assert "**horizon** (claim: sppo >= ppo as the horizon grows" in section
+    assert "**rollouts** (claim: sppo reaches grpo's accuracy with fewer rollouts" in section
+    table = pd.read_csv(out / "claims.csv")
+    assert list(table["claim"]) == ["horizon", "rollouts"]
+    # one horizon: no slope; one shared start: the ratio is conditional, no verdict
+    assert table.loc[0, "verdict"] == "not tested"
+    assert "two or more groups with distinct horizons" in table.loc[0, "note"]
+    assert table.loc[1, "n_starts"] == 1 and bool(table.loc[1, "conditional"])
+    assert "conditional on one start" in section
+
+
+def test_a_resolved_claim_gets_a_verdict_and_only_then_fewer(tmp_path: Path) -> None:
+    """Ten starts where sppo is ahead of its baseline at every horizon, more so the longer, and
+    learns on 0.4 of its time scale: both claims hold under Holm, and the ratio's sentence says
+    fewer."""
+    from analysis.protocol import HOLDS
+    from analysis.simulate import Design, simulate_items
+    from analysis.tables import claims_table, describe_claims
+
+    design = Design(
+        n_starts=10, horizons=(1, 2, 4, 8), items=40, evals=8, slope=0.4, shift=1.5, speed=0.4
+    )
+    one = simulate_items(design, seed=5, a="sppo", b="ppo")
+    two = simulate_items(design, seed=5, a="sppo", b="grpo")
+    items = pd.concat([one, two[two["algorithm"] == "grpo"]], ignore_index=True)
+    table = claims_table(_claims(), items)
+    assert list(table["verdict"]) == [HOLDS, HOLDS], table[["claim", "lo_adj", "hi_adj"]]
+    assert table.loc[1, "hi_adj"] < 1
+    horizon, rollouts = describe_claims(table)
+    assert "(fewer)" in rollouts and "includes 1" not in rollouts
+    assert "**holds**" in horizon and "conditional" not in horizon

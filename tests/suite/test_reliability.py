@@ -100,6 +100,18 @@ def _history(client, run) -> dict[str, list[tuple[int, float]]]:
     return out
 
 
+def _items(client, run) -> dict[str, dict]:
+    """A run's per-item eval scores (``eval_items/``), by file."""
+    import json
+
+    out = {}
+    for f in client.list_artifacts(run.info.run_id, M.EVAL_ITEMS_DIR):
+        with open(client.download_artifacts(run.info.run_id, f.path)) as fh:
+            out[f.path] = json.load(fh)
+    assert sorted(out) == [M.eval_items_file("arith", f) for f in (0.0, 0.5, 1.0)]
+    return out
+
+
 def _kill_points(twin) -> list[tuple[str, int, str]]:
     """Every place a kill can land: after any step the twin ran, or around any checkpoint."""
     client, twins = _children(twin)
@@ -176,6 +188,8 @@ def _assert_equals_twin(resumed, twin, why: str) -> None:
         counts = Counter((k, s) for k, pts in h.items() for s, _ in pts)
         assert counts == Counter((k, s) for k, pts in t.items() for s, _ in pts), f"{why}: {a}"
         assert h == t, f"{why}: {a} differs from its uninterrupted twin"  # bit for bit
+        # one item file per eval, none lost or doubled, each as the twin's
+        assert _items(client, after[a]) == _items(tclient, twins[a]), f"{why}: {a} eval items"
 
 
 @pytest.mark.slow

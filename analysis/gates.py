@@ -1,0 +1,144 @@
+"""Gates: whether a declared claim can be tested on this testbed at all, checked before a verdict.
+
+A comparison at a group every algorithm solves from the start, or where none learns, says
+nothing about the algorithms; neither does a claim about credit assignment whose critic never
+learnt to predict. Each claim (:class:`analysis.claims.Claim`) declares its thresholds; the gates
+read them at the groups its estimand uses, their shortest and longest (the ends a slope leans
+on most):
+
+* ``start_max``: the start's accuracy at the group, the mean over runs of the first eval, at most
+  this (room above the start);
+* ``gain_min``: the best algorithm's mean gain at the group (final eval minus first, over its
+  runs), at least this (learning is visible there);
+* ``final_min``: per algorithm and metric, the metric's last value in each of its runs, averaged
+  over runs, at least this (``ppo: {critic/heldout_explained_variance: 0.1}``: the token critic
+  explains held-out returns).
+
+A claim with a failing gate reads ``untestable on this testbed: <gate> = <value> (needs
+<threshold>)`` instead of a verdict (:func:`untestable`); its p-value counts as 1 in its family.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .claims import Claim
+
+__all__ = ["Gate", "claim_datasets", "evaluate_gates", "gate_datasets", "untestable"]
+
+
+@dataclass(frozen=True)
+class Gate:
+    """One precondition's measured value against its threshold (NaN: not measured, fails)."""
+
+    name: str
+    value: float
+    threshold: float
+    #: ``"<="`` or ``">="``: how the value must compare with the threshold.
+    direction: str
+
+    @property
+    def passes(self) -> bool:
+        if not np.isfinite(self.value):
+            return False
+        if self.direction == "<=":
+            return self.value <= self.threshold
+        return self.value >= self.threshold
+
+    @property
+    def text(self) -> str:
+        """``start accuracy at arith_h1 = 0.990 (needs <= 0.8)``."""
+        value = f"{self.value:.3f}" if np.isfinite(self.value) else "not measured"
+        return f"{self.name} = {value} (needs {self.direction} {self.threshold:g})"
+
+
+def _ordered(items: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """(datasets with a horizon, shortest first; whole-task datasets, by name)."""
+    h = items.groupby("dataset")["horizon"].first()
+    grouped = h[h.notna()].sort_values(kind="stable")
+    return list(grouped.index), sorted(h[h.isna()].index)
+
+
+def claim_datasets(claim: Claim, items: pd.DataFrame) -> list[str]:
+    """The datasets a claim's estimand uses in this item table.
+
+    ``all``: every group with a horizon for ``horizon_slope``, the whole task (the datasets
+    without a horizon; the groups when none was logged) for the others; ``ends``: the shortest and longest groups; a list: the
+    datasets it names that have items (the plan checked them against the task).
+    """
+    grouped, whole = _ordered(items)
+    if claim.groups == "ends":
+        return [grouped[0], grouped[-1]] if len(grouped) >= 2 else grouped
+    if claim.groups == "all":
+        return grouped if claim.estimand == "horizon_slope" or not whole else whole
+    present = set(grouped) | set(whole)
+    return [d for d in claim.groups if d in present]
+
+
+def gate_datasets(used: Sequence[str], items: pd.DataFrame) -> list[str]:
+    """The groups the headroom gates read: the shortest and longest of ``used`` when they have
+    horizons, else every dataset used."""
+    grouped, _ = _ordered(items[items["dataset"].isin(list(used))])
+    if len(grouped) >= 2:
+        return [grouped[0], grouped[-1]]
+    return list(used)
+
+
+def _run_accuracy(items: pd.DataFrame, dataset: str) -> pd.DataFrame:
+    """Per run (start, seed, algorithm): accuracy at its first and its last eval."""
+    sub = items[items["dataset"] == dataset]
+    run = ["start", "seed", "algorithm"]
+    acc = sub.groupby([*run, "budget_fraction"])["correct"].mean().reset_index()
+    acc = acc.sort_values("budget_fraction", kind="stable").groupby(run)["correct"]
+    return pd.DataFrame({"first": acc.first(), "last": acc.last()}).reset_index()
+
+
+def _final_metric(df: pd.DataFrame, algorithm: str, metric: str) -> float:
+    """Mean over the algorithm's runs of the metric's value at its last logged step."""
+    rows = df[(df["algorithm"] == algorithm) & (df["metric"] == metric)]
+    rows = rows.dropna(subset=["value"])
+    if rows.empty:
+        return float("nan")
+    last = rows.sort_values("step", kind="stable").groupby("run_id")["value"].last()
+    return float(last.mean())
+
+
+def evaluate_gates(claim: Claim, items: pd.DataFrame, df: pd.DataFrame | None) -> list[Gate]:
+    """Every gate the claim declares, measured on this suite.
+
+    Args:
+        claim: the declared claim.
+        items: the item table (:func:`analysis.load_items`).
+        df: the tidy frame (:func:`analysis.load_runs`), for ``final_min``; None: those gates
+            are not measured (and fail).
+    """
+    g = claim.gates
+    gates: list[Gate] = []
+    if g.start_max is not None or g.gain_min is not None:
+        for ds in gate_datasets(claim_datasets(claim, items), items):
+            acc = _run_accuracy(items, ds)
+            if g.start_max is not None:
+                start = float(acc["first"].mean()) if len(acc) else float("nan")
+                gates.append(Gate(f"start accuracy at {ds}", start, g.start_max, "<="))
+            if g.gain_min is not None:
+                gain = (acc["last"] - acc["first"]).groupby(acc["algorithm"]).mean()
+                best = gain.idxmax() if gain.notna().any() else None
+                value = float(gain[best]) if best is not None else float("nan")
+                name = f"best gain at {ds}" + (f" ({best})" if best is not None else "")
+                gates.append(Gate(name, value, g.gain_min, ">="))
+    for algorithm, metrics in g.final_min.items():
+        for metric, minimum in metrics.items():
+            value = float("nan") if df is None else _final_metric(df, algorithm, metric)
+            gates.append(Gate(f"{algorithm} {metric} at the end", value, minimum, ">="))
+    return gates
+
+
+def untestable(gates: Sequence[Gate]) -> str | None:
+    """``untestable on this testbed: <gate> = <value> (needs <threshold>)`` for the failing
+    gates (joined by "; "), or None when every gate passes."""
+    failing = [gate.text for gate in gates if not gate.passes]
+    return "untestable on this testbed: " + "; ".join(failing) if failing else None
