@@ -21,7 +21,7 @@ import fnmatch
 import json
 import logging
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -333,15 +333,8 @@ def _sqlite_runs(
         ).fetchall()
         tags: dict[str, dict[str, str]] = {r[0]: {} for r in rows}
         run_ids = list(tags)
-        for start in range(0, len(run_ids), _SQL_CHUNK):
-            chunk = run_ids[start : start + _SQL_CHUNK]
-            for run_id, key, value in con.execute(
-                "SELECT run_uuid, key, value FROM tags "
-                f"WHERE run_uuid IN ({','.join('?' * len(chunk))}) "
-                f"AND key IN ({','.join('?' * len(_TAG_KEYS))})",
-                [*chunk, *_TAG_KEYS],
-            ):
-                tags[run_id][key] = value
+        for run_id, key, value in _key_values(con, "tags", run_ids, _TAG_KEYS):
+            tags[run_id][key] = value
     finally:
         con.close()
     records = [(r[0], r[1], str(r[2]), r[3], tags[r[0]]) for r in rows]
@@ -418,6 +411,22 @@ def _match(names: pd.Series, metrics: Sequence[str] | None) -> pd.Series:
         return pd.Series(True, index=names.index)
     keep = {n for n in names.unique() if any(fnmatch.fnmatchcase(n, m) for m in metrics)}
     return names.isin(keep)
+
+
+def _key_values(
+    con: sqlite3.Connection, table: str, run_ids: Sequence[str], keys: Sequence[str]
+) -> Iterator[tuple[str, str, str]]:
+    """``(run_id, key, value)`` rows of MLflow's ``tags`` or ``params`` table for these runs and
+    keys, queried in chunks of run ids (SQLite caps the variables of one statement)."""
+    run_ids = list(run_ids)
+    for start in range(0, len(run_ids), _SQL_CHUNK):
+        chunk = run_ids[start : start + _SQL_CHUNK]
+        yield from con.execute(
+            f"SELECT run_uuid, key, value FROM {table} "
+            f"WHERE run_uuid IN ({','.join('?' * len(chunk))}) "
+            f"AND key IN ({','.join('?' * len(keys))})",
+            [*chunk, *keys],
+        )
 
 
 def _sqlite_history(
@@ -512,15 +521,8 @@ def run_params(
     if db_path is not None and ids and keys:
         con = _connect(db_path)
         try:
-            for start in range(0, len(ids), _SQL_CHUNK):
-                chunk = ids[start : start + _SQL_CHUNK]
-                for run_id, key, value in con.execute(
-                    "SELECT run_uuid, key, value FROM params "
-                    f"WHERE run_uuid IN ({','.join('?' * len(chunk))}) "
-                    f"AND key IN ({','.join('?' * len(keys))})",
-                    [*chunk, *keys],
-                ):
-                    rows[run_id][key] = value
+            for run_id, key, value in _key_values(con, "params", ids, keys):
+                rows[run_id][key] = value
         finally:
             con.close()
     elif ids and keys:
@@ -566,15 +568,8 @@ def _tags(run_ids: Sequence[str], keys: Sequence[str], uri: str) -> dict[str, di
     if db_path is not None:
         con = _connect(db_path)
         try:
-            for start in range(0, len(run_ids), _SQL_CHUNK):
-                chunk = list(run_ids[start : start + _SQL_CHUNK])
-                for run_id, key, value in con.execute(
-                    "SELECT run_uuid, key, value FROM tags "
-                    f"WHERE run_uuid IN ({','.join('?' * len(chunk))}) "
-                    f"AND key IN ({','.join('?' * len(keys))})",
-                    [*chunk, *keys],
-                ):
-                    out[run_id][key] = value
+            for run_id, key, value in _key_values(con, "tags", run_ids, keys):
+                out[run_id][key] = value
         finally:
             con.close()
         return out
