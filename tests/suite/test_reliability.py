@@ -219,20 +219,21 @@ def test_a_chain_of_kills_resumes_grpo_ppo_and_dapo_from_their_checkpoints(root,
 
 
 def test_resume_auto_finds_only_unfinished_invocations_of_the_same_config(root, twin):
-    from omegaconf import OmegaConf
-
+    from benchmarks.suite.plan import validate
     from benchmarks.training.checkpoint import config_hash, find_resumable
 
     client, _ = _children(twin)
     exp = client.get_experiment_by_name("sppo-bench-default").experiment_id
-    cfg = compose_config([*REL, *_store(root, "twin"), "resume=auto"])
-    chash = config_hash(OmegaConf.to_container(cfg, resolve=True))
+    # The suite hashes its resolved config (``precision: auto`` resolved for this machine).
+    chash = config_hash(
+        validate(compose_config([*REL, *_store(root, "twin"), "resume=auto"])).resolved
+    )
     assert client.get_run(twin.parent_run_id).data.tags["sppo_bench.config_hash"] == chash
     assert find_resumable(client, exp, chash) is None  # the twin FINISHED: start afresh
     client.update_run(twin.parent_run_id, status="FAILED")
     try:
         assert find_resumable(client, exp, chash).info.run_id == twin.parent_run_id
-        other = config_hash(OmegaConf.to_container(compose_config([*REL, "seed=1"]), resolve=True))
+        other = config_hash(validate(compose_config([*REL, "seed=1"])).resolved)
         assert find_resumable(client, exp, other) is None
     finally:
         client.update_run(twin.parent_run_id, status="FINISHED")

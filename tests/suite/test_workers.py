@@ -126,6 +126,7 @@ def test_two_workers_reproduce_the_one_process_suite(micro_suite, tmp_path, capl
         "critic_calibration.json",
         "eval_samples/arith_start.json",
         "eval_samples/arith_final.json",
+        *(f"eval_items/arith_f{f:.6f}.json" for f in (0.0, 0.5, 1.0)),  # one per eval
     }
     par_params = MlflowClient(par.tracking_uri).get_run(par.runs[0].run_id).data.params
     assert (par_params["jobs"], par_params["tracking.uri"]) == ("2", par.tracking_uri)
