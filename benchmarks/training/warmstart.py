@@ -342,6 +342,13 @@ def _chain_phase(
             acc = validate(step, loss)
             if acc >= float(target["accuracy"]):
                 return step, step, acc
+        elif step % int(target["every"]) == 0:
+            log.info(
+                "warm start step %d: loss %.3f, chains up to %d steps",
+                step,
+                loss,
+                curriculum.longest(step),
+            )
     log.warning(
         "warm start: the chain phase ended at its cap of %d steps with validation accuracy "
         "%.3f, short of the target %.3f",
