@@ -137,3 +137,15 @@ def test_a_target_not_reached_ends_the_chain_phase_at_its_cap(tmp_path):
     info = _start(tmp_path, cfg)
     assert info["target_step"] is None
     assert (info["chain_steps"], info["steps"]) == (7, 9)
+
+
+def test_the_claims_suites_end_their_chain_phase_on_a_target_and_the_default_does_not():
+    from benchmarks.config import compose_config
+    from benchmarks.suite.plan import validate
+
+    assert parse_target(validate(compose_config([])).warmstart) is None
+    for suite in ("claims", "claims_chain_sum"):
+        ws = validate(compose_config([f"suite={suite}"])).warmstart
+        target = parse_target(ws)
+        assert target is not None and target["max_steps"] >= 1000, suite
+        assert ws["curriculum_steps"] > 0 and ws["warmup_steps"] > 0, suite
