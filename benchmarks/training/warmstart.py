@@ -13,11 +13,11 @@ trained on) reaches ``target.accuracy``, checked every ``target.every`` steps, f
 phase's own steps and at most ``target.max_steps``; the phases after it (the bare-answer mix)
 follow as fixed steps. Which step the chain is learnt at depends on the seed and on the CPU's
 floating-point path, so a fixed count is either long for most seeds or short for some. Two
-settings make every seed get there: ``curriculum_steps`` (the chain phase's longest demonstrated
-chain rises from the task's shortest to its longest over that many steps, so the model learns
-one step before it has to carry many) and ``warmup_steps`` (the learning rate rises linearly
-from 0 over that many steps, so the first steps of a random model do not blow it into a state
-it never leaves). Without ``target`` neither applies and the procedure is the fixed-step one.
+settings help a slow seed get there. ``curriculum_steps``: the chain phase's longest
+demonstrated chain rises from the task's shortest to its longest over that many steps, so the
+model learns one step before it has to carry many. ``warmup_steps``: the learning rate rises
+linearly from 0 over that many steps. They were measured together, not apart
+(docs/testbeds.md). Without ``target`` neither applies and the procedure is the fixed-step one.
 
 The step count scales with the task's longest reasoning chain (a phase's ``per_chain_step``): a
 16-step chain needs far more demonstrations than a 2-step one before the model can carry it out,
