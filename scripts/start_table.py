@@ -62,9 +62,11 @@ def _one(overrides: list[str], seed: int) -> dict[str, Any]:
     from benchmarks.training.start import StartRecipe, policy_start
 
     plan = validate(compose_config(overrides))
+    precision = getattr(plan.start_recipe, "precision", None)
     if "precision" not in StartRecipe.__dataclass_fields__:
-        # The suite does not pass a precision to the warm start yet: set the one it defaults to.
-        warmstart.warm_start.__kwdefaults__["precision"] = _PRECISION[0]
+        # The suite does not pass a precision to the warm start: set the one it defaults to.
+        # Where it does, the suite's own `precision=` override decides, and --precision is unused.
+        warmstart.warm_start.__kwdefaults__["precision"] = precision = _PRECISION[0]
     tok = build_char_tokenizer(plan.task.alphabet)
     t0 = time.perf_counter()
     model, info = policy_start(plan.start_recipe, seed, plan.task, tok)
@@ -81,7 +83,7 @@ def _one(overrides: list[str], seed: int) -> dict[str, Any]:
     return {
         "seed": seed,
         "overrides": overrides,
-        "precision": _PRECISION[0],
+        "precision": precision,
         "target_step": info.get("target_step"),
         "chain_steps": info.get("chain_steps"),
         "steps": info["steps"],
@@ -129,7 +131,12 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default="0-9", help="start seeds: 0-9 or 0,3,5")
     ap.add_argument("--jobs", type=int, default=2, help="starts built at once (one thread each)")
-    ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
+    ap.add_argument(
+        "--precision",
+        default="fp32",
+        choices=("fp32", "bf16"),
+        help="the warm start's precision where the suite has no `precision` key of its own",
+    )
     ap.add_argument("--out", required=True, help="JSON lines file the rows are appended to")
     ap.add_argument("--table-only", action="store_true", help="print the table from --out")
     ap.add_argument("overrides", nargs="*", help="the suite's overrides, e.g. suite=claims")
