@@ -422,11 +422,12 @@ def _claims(cfg: Any, algorithms: Mapping[str, Algorithm], task: Task) -> list[C
 
 
 def _check_warmstart(cfg: Any) -> None:
-    """``warmstart``: its phases, ``per_seed`` and ``threads``."""
-    from benchmarks.training.warmstart import parse_phases
+    """``warmstart``: its phases, its target, ``per_seed`` and ``threads``."""
+    from benchmarks.training.warmstart import parse_phases, parse_target
 
     try:
         parse_phases(as_dict(cfg.warmstart)["phases"])
+        parse_target(as_dict(cfg.warmstart))
     except ValueError as e:
         raise ConfigError(str(e)) from e
     per_seed = cfg.warmstart.get("per_seed", True)

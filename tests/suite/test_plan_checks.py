@@ -27,6 +27,9 @@ WRONG_KIND = [
     ("min_free_disk_gb=abc", ["min_free_disk_gb='abc'", "a number >= 0"]),
     ("algorithm.sppo.actor_lr=abc", ["algorithm.sppo.actor_lr='abc'", "a number > 0"]),
     ("algorithm.sppo.critic_lr=abc", ["algorithm.sppo.critic_lr='abc'", "> 0 or null"]),
+    ("precision=fp16", ["precision='fp16'", "auto, fp32, bf16"]),
+    ("warmstart.target=0.6", ["warmstart.target=0.6", "accuracy", "every", "max_steps"]),
+    ("warmstart.curriculum_steps=100", ["warmstart.curriculum_steps=100", "warmstart.target"]),
 ]
 
 
