@@ -360,7 +360,6 @@ def _finish(
     b: str,
     per_unit: np.ndarray,
     per_unit_del: np.ndarray,
-    per_start: np.ndarray,
     n_starts: int,
     n_seeds: int,
     confidence: float,
@@ -372,6 +371,9 @@ def _finish(
     se, df = float(est.se), float(est.df)
     mde = float((student_t.ppf(0.5 + confidence / 2, df) + student_t.ppf(0.8, df)) * se)
     conditional = n_starts == 1
+    # One value per start; with one start the units are its seeds, whose mean is that start's.
+    starts = np.asarray(per_unit, float) if n_starts >= 2 else np.mean(per_unit, keepdims=True)
+    per_start = np.exp(starts) if ratio else starts
     return ClaimEstimate(
         estimand=estimand,
         a=a,
@@ -600,8 +602,8 @@ def horizon_slope(
         )
     e, e_del = _linear_effects(arr["sa"], arr["sb"], arr["n"], h, scale)
     return _finish(
-        "horizon_slope", a, b, e, e_del, e if arr["n_starts"] >= 2 else [float(np.mean(e))],
-        arr["n_starts"], arr["n_seeds"], confidence, scale=scale,
+        "horizon_slope", a, b, e, e_del, arr["n_starts"], arr["n_seeds"], confidence,
+        scale=scale,
     )  # fmt: skip
 
 
@@ -623,8 +625,7 @@ def final_difference(
     arr = _final_arrays(items, a, b, datasets, folds, seed)
     e, e_del = _linear_effects(arr["sa"], arr["sb"], arr["n"], None, "accuracy")
     return _finish(
-        "final_difference", a, b, e, e_del, e if arr["n_starts"] >= 2 else [float(np.mean(e))],
-        arr["n_starts"], arr["n_seeds"], confidence,
+        "final_difference", a, b, e, e_del, arr["n_starts"], arr["n_seeds"], confidence,
     )  # fmt: skip
 
 
@@ -757,14 +758,12 @@ def compute_ratio(
             unit = np.nanmean(lr, axis=1)  # (U, K+1): mean over the start's seeds
         unit = unit[runs.any(axis=1)]
         censored = int(never.any(axis=1).sum())
-        per_start = np.exp(unit[:, 0])
     else:
         unit = lr[runs.any(axis=1)][0][runs[runs.any(axis=1)][0]]  # (R, K+1): seeds as units
         censored = int(never.any())
-        per_start = [float(np.exp(unit[:, 0].mean()))]
     e_del = unit[:, 1:] if k >= 2 else unit[:, :0]
     return _finish(
-        "compute_ratio", a, b, unit[:, 0], e_del, per_start, n_starts, n_seeds, confidence,
+        "compute_ratio", a, b, unit[:, 0], e_del, n_starts, n_seeds, confidence,
         censored=censored, scale="log",
     )  # fmt: skip
 
