@@ -515,23 +515,8 @@ def run_params(
     None where a run did not log it. Read with SQL from a SQLite store, else through the client.
     """
     ids = list(dict.fromkeys(str(r) for r in run_ids))
-    rows: dict[str, dict[str, str | None]] = {r: dict.fromkeys(keys) for r in ids}
-    uri = tracking_uri or _current_tracking_uri()
-    db_path = _sqlite_path(uri)
-    if db_path is not None and ids and keys:
-        con = _connect(db_path)
-        try:
-            for run_id, key, value in _key_values(con, "params", ids, keys):
-                rows[run_id][key] = value
-        finally:
-            con.close()
-    elif ids and keys:
-        from mlflow.tracking import MlflowClient
-
-        client = MlflowClient(tracking_uri=uri)
-        for run_id in ids:
-            params = client.get_run(run_id).data.params
-            rows[run_id].update({k: params.get(k) for k in keys})
+    found = _run_values("params", ids, keys, tracking_uri or _current_tracking_uri())
+    rows = {r: {k: found[r].get(k) for k in keys} for r in ids}
     return pd.DataFrame.from_dict(rows, orient="index", columns=list(keys)).rename_axis("run_id")
 
 
@@ -543,7 +528,7 @@ def _start_ids(df: pd.DataFrame, uri: str) -> dict[str, str]:
     runs = df.drop_duplicates("run_id")
     ids = runs["run_id"].astype(str).tolist()
     params = run_params(ids, ["warmstart.per_seed", "seed", "model.name_or_path"], uri)
-    tags = _tags(ids, [TAG_START], uri)
+    tags = _run_values("tags", ids, [TAG_START], uri)
     out = {}
     for run_id, seed in zip(ids, runs["seed"], strict=True):
         tag = tags.get(run_id, {}).get(TAG_START)
@@ -562,13 +547,19 @@ def _start_ids(df: pd.DataFrame, uri: str) -> dict[str, str]:
     return out
 
 
-def _tags(run_ids: Sequence[str], keys: Sequence[str], uri: str) -> dict[str, dict[str, str]]:
-    db_path = _sqlite_path(uri)
+def _run_values(
+    table: str, run_ids: Sequence[str], keys: Sequence[str], uri: str
+) -> dict[str, dict[str, str]]:
+    """Per run, the values of ``keys`` it logged in its ``params`` or ``tags`` (absent keys
+    left out): with SQL from a SQLite store, else through the client."""
     out: dict[str, dict[str, str]] = {r: {} for r in run_ids}
+    if not run_ids or not keys:
+        return out
+    db_path = _sqlite_path(uri)
     if db_path is not None:
         con = _connect(db_path)
         try:
-            for run_id, key, value in _key_values(con, "tags", run_ids, keys):
+            for run_id, key, value in _key_values(con, table, run_ids, keys):
                 out[run_id][key] = value
         finally:
             con.close()
@@ -577,8 +568,8 @@ def _tags(run_ids: Sequence[str], keys: Sequence[str], uri: str) -> dict[str, di
 
     client = MlflowClient(tracking_uri=uri)
     for run_id in run_ids:
-        tags = client.get_run(run_id).data.tags
-        out[run_id] = {k: tags[k] for k in keys if k in tags}
+        logged = getattr(client.get_run(run_id).data, table)
+        out[run_id] = {k: logged[k] for k in keys if k in logged}
     return out
 
 
