@@ -626,6 +626,7 @@ def claims_table(
     """
     rows: list[dict] = []
     estimates: list[ClaimEstimate | None] = []
+    present = set(items["algorithm"].dropna()) if len(items) else set()
     for c in claims:
         row = dict.fromkeys(CLAIM_COLUMNS, float("nan"))
         row.update(
@@ -642,7 +643,6 @@ def claims_table(
             note="",
         )
         est = None
-        present = set(items["algorithm"].dropna()) if len(items) else set()
         absent = [x for x in (c.a, c.b) if x not in present]
         if items.empty:
             row["verdict"] = NOT_TESTED
