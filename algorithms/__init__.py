@@ -1,7 +1,8 @@
 """RL algorithms for sppo-bench: a registry of pure tensor functions plus typed configs.
 
 Importing the package registers the built-ins (sppo, ppo, grpo, dapo, rloo, remax, gspo, cispo,
-dr_grpo, reinforce_pp, reinforce_pp_baseline, gmpo, spo, and grpo2, GRPO with a group of two);
+dr_grpo, reinforce_pp, reinforce_pp_baseline, gmpo, spo, grpo2, GRPO with a group of two, and
+ppo_inert_critic, PPO under settings whose critic does not learn);
 third-party packages add theirs through the ``sppo_bench.algorithms`` entry-point group. See
 :mod:`algorithms.base` for the interface and ``examples/dr_grpo.py`` for a worked example.
 """

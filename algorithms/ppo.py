@@ -214,3 +214,15 @@ class PPO(Algorithm):
             "critic/clip_frac": clip_frac,
         }
         return loss, to_floats(metrics)
+
+
+@register_algorithm("ppo_inert_critic")
+class PPOInertCritic(PPO):
+    """Token-level PPO run with a critic too slow to learn anything within the budget.
+
+    The math is PPO's; the name belongs to its settings (``algorithm/ppo_inert_critic.yaml``: a
+    zero head and a critic learning rate well below the actor's). The head then stays near V = 0,
+    GAE with gamma = lambda = 1 gives A_t = R - V ~ R, and whitening over the batch makes it
+    REINFORCE with batch-whitened returns under PPO's clip: a strong critic-free baseline, beside
+    ``reinforce_pp`` (the same idea with a KL in the reward), not a test of a token critic.
+    """

@@ -71,6 +71,7 @@ TAG_TRIAL = "trial_number"
 TAG_TRIAL_STATE = "trial_state"
 _ATTR_PARENT = "mlflow_parent_run_id"
 _ATTR_ERROR = "error"
+_ATTR_ADMISSIBLE = "admissible"
 
 
 class TrialFailed(RuntimeError):
@@ -102,7 +103,9 @@ def make_storage(url: str) -> Any:
 
 
 def make_sampler(spec: SweepSpec, seed: int) -> Any:
-    """The spec's sampler (Optuna 5 factories are keyword-only) with ``seed``."""
+    """The spec's sampler (Optuna 5 factories are keyword-only) with ``seed``. Trials of an
+    ``admissible`` spec set their constraints themselves (``Trial.set_constraint``), which TPE
+    and GP read."""
     import optuna
 
     cls = getattr(optuna.samplers, SAMPLERS[spec.sampler.type][0])
@@ -174,17 +177,20 @@ class _Objective:
             trial.set_user_attr("algorithm", alg)
             trial.set_user_attr("overrides", sampled)
             cfg = compose_config(trial_overrides(spec, alg, sampled, self.ctx.fixed))
-            evals: list[tuple[float, float]] = []
+            evals: dict[int, list[tuple[float, float]]] = {}
 
-            def on_eval(_alg: str, _seed: int, fraction: float, accuracy: float) -> None:
-                evals.append((fraction, accuracy))
-                if fraction <= 0.0:
-                    return  # the shared warm start: the same for every trial, nothing to compare
-                value = objective_value(spec.objective.metric, evals)
-                trial.report(value, step=len(evals) - 1)
+            def on_eval(_alg: str, seed: int, fraction: float, accuracy: float) -> None:
+                mine = evals.setdefault(seed, [])
+                mine.append((fraction, accuracy))
+                if fraction <= 0.0 or spec.starts > 1:
+                    # fraction 0: the warm start, the same for every trial; several starts:
+                    # the value is their mean, known at the end (the spec allows no pruner)
+                    return
+                value = objective_value(spec.objective.metric, mine)
+                trial.report(value, step=len(mine) - 1)
                 if trial.should_prune():
                     raise optuna.TrialPruned(
-                        f"pruned at evaluation {len(evals) - 1} (budget fraction {fraction:.3g}), "
+                        f"pruned at evaluation {len(mine) - 1} (budget fraction {fraction:.3g}), "
                         f"{spec.objective.metric}={value:.4f}"
                     )
 
@@ -195,17 +201,45 @@ class _Objective:
                 extra_tags={TAG_TRIAL: str(trial.number), TAG_STUDY: self.study_name},
                 on_eval=on_eval,
             )
-            run = result.runs[0]
-            if run.run_id:
-                trial.set_user_attr("mlflow_run_id", run.run_id)
-            if run.status != "FINISHED":
-                raise TrialFailed(run.error or f"run ended {run.status}")
-            return objective_value(spec.objective.metric, evals)
+            ids = [r.run_id for r in result.runs if r.run_id]
+            if ids:
+                trial.set_user_attr("mlflow_run_id", ids[0])
+                trial.set_user_attr("mlflow_run_ids", ids)
+            failed = [r for r in result.runs if r.status != "FINISHED"]
+            if failed:
+                raise TrialFailed(failed[0].error or f"run ended {failed[0].status}")
+            per_start = [objective_value(spec.objective.metric, evals[s]) for s in sorted(evals)]
+            trial.set_user_attr("values_per_start", per_start)
+            self._check_admissible(trial, alg, ids)
+            return float(sum(per_start) / len(per_start))
         except optuna.TrialPruned:
             raise
         except Exception as e:
             trial.set_user_attr(_ATTR_ERROR, f"{type(e).__name__}: {e}"[:2000])
             raise
+
+    def _check_admissible(self, trial: Any, algorithm: str, run_ids: Sequence[str]) -> None:
+        """Record the spec's ``admissible`` metrics (final values, mean over the trial's runs),
+        whether the trial reaches every minimum, and the constraint values the sampler reads
+        (``Trial.set_constraint``, <= 0: feasible). A metric a run never logged counts as
+        missed."""
+        rules = self.ctx.spec.admissible_for(algorithm)
+        if not rules:
+            return
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(self.ctx.tracking_uri)
+        finals = [client.get_run(rid).data.metrics for rid in run_ids]
+        ok = True
+        for metric, minimum in rules.items():
+            values = [m[metric] for m in finals if metric in m]
+            value = sum(values) / len(values) if len(values) == len(finals) and values else None
+            trial.set_user_attr(f"final/{metric}", value)
+            miss = value is None or not math.isfinite(value) or value < minimum
+            ok = ok and not miss
+            margin = 1.0 if value is None or not math.isfinite(value) else minimum - value
+            trial.set_constraint(metric, margin)
+        trial.set_user_attr(_ATTR_ADMISSIBLE, ok)
 
 
 # --------------------------------------------------------------------------- MLflow callback
@@ -353,6 +387,8 @@ class BestTrial:
     complete: int
     pruned: int
     failed: int
+    #: Complete trials that met the spec's ``admissible`` rule (all complete ones without one).
+    admissible: int = 0
 
 
 @dataclass
@@ -372,6 +408,8 @@ class SweepResult:
     #: Study -> parameter -> importance, or study -> why none could be computed.
     importances: dict[str, dict[str, float] | str] = field(default_factory=dict)
     states: dict[str, int] = field(default_factory=dict)
+    #: Every trial, in study order: its state, value, per-start values, admissibility metrics.
+    trials: list[dict[str, Any]] = field(default_factory=list)
     trials_run: int = 0
     wall_s: float = 0.0
     summary_md: Path | None = None
@@ -406,7 +444,8 @@ def _summarize(
         for alg in [fixed_alg] if fixed_alg else spec.algorithms:
             mine = trials if fixed_alg else [t for t in trials if t.params.get("algorithm") == alg]
             done = [t for t in mine if t.state == TrialState.COMPLETE and t.value is not None]
-            top = max(done, key=lambda t: sign * t.value, default=None)
+            counted = [t for t in done if t.user_attrs.get(_ATTR_ADMISSIBLE, True)]
+            top = max(counted, key=lambda t: sign * t.value, default=None)
             best.append(
                 BestTrial(
                     algorithm=alg,
@@ -420,6 +459,7 @@ def _summarize(
                     },
                     mlflow_run_id=None if top is None else top.user_attrs.get("mlflow_run_id"),
                     complete=len(done),
+                    admissible=len(counted),
                     pruned=sum(t.state == TrialState.PRUNED for t in mine),
                     failed=sum(t.state == TrialState.FAIL for t in mine),
                 )
@@ -439,6 +479,31 @@ def _summarize(
     return best, importances, states
 
 
+def _trial_rows(spec: SweepSpec, studies: Mapping[str, tuple[Any, str | None]]) -> list[dict]:
+    """One row per trial: what the per-trial table of the summary shows."""
+    rows = []
+    for name, (study, fixed_alg) in studies.items():
+        for t in study.get_trials(deepcopy=False):
+            alg = fixed_alg or t.params.get("algorithm") or t.user_attrs.get("algorithm", "")
+            rules = spec.admissible_for(alg)
+            rows.append(
+                {
+                    "study": name,
+                    "algorithm": alg,
+                    "number": t.number,
+                    "state": t.state.name,
+                    "value": t.value,
+                    "values_per_start": t.user_attrs.get("values_per_start"),
+                    "admissible": t.user_attrs.get(_ATTR_ADMISSIBLE) if rules else None,
+                    "finals": {m: t.user_attrs.get(f"final/{m}") for m in rules},
+                    "params": {
+                        _short_name(k, alg): v for k, v in t.params.items() if k != "algorithm"
+                    },
+                }
+            )
+    return rows
+
+
 def _fmt(v: Any) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
@@ -454,16 +519,43 @@ def render_markdown(result: SweepResult) -> str:
         "",
         "## Best trial per algorithm",
         "",
-        "| algorithm | best | trial | complete | pruned | failed | parameters |",
-        "|---|---|---|---|---|---|---|",
+        "| algorithm | best | trial | complete | admissible | pruned | failed | parameters |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for b in result.best:
         params = ", ".join(f"{k}={_fmt(v)}" for k, v in b.params.items()) or "-"
         value = "-" if b.value is None else f"{b.value:.4f}"
         number = "-" if b.number is None else str(b.number)
         lines.append(
-            f"| {b.algorithm} | {value} | {number} | {b.complete} | {b.pruned} | {b.failed} | {params} |"
+            f"| {b.algorithm} | {value} | {number} | {b.complete} | {b.admissible} | {b.pruned} "
+            f"| {b.failed} | {params} |"
         )
+    if result.trials:
+        lines += [
+            "",
+            "## Every trial",
+            "",
+            "Admissible: the trial's runs reach the spec's `admissible` minimums (final values, "
+            "mean over runs); only admissible trials can be best. Per start: the objective of "
+            "each independent start.",
+            "",
+            "| algorithm | trial | state | value | per start | admissible | final metrics | "
+            "parameters |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for r in result.trials:
+            value = "-" if r["value"] is None else f"{r['value']:.4f}"
+            per = r["values_per_start"]
+            per = "-" if not per else " / ".join(f"{v:.3f}" for v in per)
+            ok = {None: "-", True: "yes", False: "no"}[r["admissible"]]
+            finals = ", ".join(
+                f"{k}={'-' if v is None else f'{v:.3f}'}" for k, v in r["finals"].items()
+            )
+            params = ", ".join(f"{k}={_fmt(v)}" for k, v in r["params"].items()) or "-"
+            lines.append(
+                f"| {r['algorithm']} | {r['number']} | {r['state']} | {value} | {per} | {ok} | "
+                f"{finals or '-'} | {params} |"
+            )
     lines += ["", "## Parameter importances (fANOVA)", ""]
     for study, imp in result.importances.items():
         if isinstance(imp, str):
@@ -722,8 +814,8 @@ def _pending_tasks(
 
 
 def _prewarm(cfg: Any) -> None:
-    """Build the shared warm start once in the main process, so W workers do not all train it
-    and write the same cache directory at once. Best effort: on failure the first trials build
+    """Build the warm starts (one per start of a trial) once in the main process, so W workers
+    do not all train them and write the same cache directory at once. Best effort: on failure the first trials build
     it themselves."""
     try:
         import torch
@@ -741,7 +833,8 @@ def _prewarm(cfg: Any) -> None:
                 return
             torch.set_num_threads(int(cfg.threads))  # as a trial would (threads per worker)
             tokenizer = build_char_tokenizer(plan.task.alphabet)
-            policy_start(plan.start_recipe, plan.seeds[0], plan.task, tokenizer)
+            for seed in sorted({plan.start_seed(s) for s in plan.seeds}):
+                policy_start(plan.start_recipe, seed, plan.task, tokenizer)
         finally:
             plan.task.close()
     except Exception as e:
@@ -801,6 +894,7 @@ def _write_summary(
         for s, (_, a) in opened.studies.items()
     }
     result.best, result.importances, result.states = _summarize(spec, fresh)
+    result.trials = _trial_rows(spec, fresh)
     result.wall_s = time.perf_counter() - t0
     result.output_dir.mkdir(parents=True, exist_ok=True)
     result.summary_md = result.output_dir / "sweep_summary.md"

@@ -24,6 +24,16 @@ and what is allowed.
     pruner: median                     # median | hyperband | none, or {type: median, ...}
     seed: 0
     enqueue: [{algorithm: sppo, algorithm.sppo.actor_lr: 1.0e-4}]   # run these points first
+    starts: 2                          # independent warm starts per trial (seeds with
+                                       # warmstart.per_seed); the value is their mean
+    admissible:                        # a trial counts only if its runs' final values reach these
+      ppo: {critic/heldout_explained_variance: 0.1}
+
+With ``starts`` > 1 the trial's value is the mean of its starts' values, known only at the end,
+so ``pruner`` must be ``none``; that also spares a critic warm-up, which spends budget before the
+actor moves, a comparison at equal budget fractions. ``admissible`` is a precondition, not an
+objective: a trial that misses it still completes and is shown, but is never the best, and the
+TPE and GP samplers treat it as infeasible (Optuna's ``constraints_func``).
 """
 
 from __future__ import annotations
@@ -84,10 +94,13 @@ _TOP_KEYS = (
     "pruner",
     "seed",
     "enqueue",
+    "starts",
+    "admissible",
 )
 _PARAM_KEYS = ("type", "low", "high", "log", "step", "choices", "when_algorithm")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.([A-Za-z_][A-Za-z0-9_]*|\{alg\}))*$")
+_METRIC = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+$")
 _ALG_PATH = re.compile(r"^algorithm\.([A-Za-z0-9_]+)\.")
 #: Keys a trial sets itself; a spec may not search over them.
 _RESERVED = ("seeds", "algorithm", "tracking", "suite.report", "output_dir", "threads")
@@ -202,6 +215,14 @@ class SweepSpec:
     #: Trials queued before sampling starts: parameter name -> value (``algorithm`` picks the
     #: algorithm). Each runs once, in its algorithm's study.
     enqueue: tuple[tuple[tuple[str, Any], ...], ...] = field(default=())
+    #: Independent warm starts per trial: seeds 0..starts-1, each with its own start.
+    starts: int = 1
+    #: Algorithm -> metric -> minimum of the metric's final value, averaged over the trial's runs.
+    admissible: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = ()
+
+    def admissible_for(self, algorithm: str) -> dict[str, float]:
+        """The metric minimums a trial of ``algorithm`` must reach to count (empty: none)."""
+        return dict(dict(self.admissible).get(algorithm, ()))
 
     def params_for(self, algorithm: str) -> list[ParamSpec]:
         """The dimensions a trial of ``algorithm`` samples."""
@@ -498,6 +519,18 @@ def parse_spec(data: Mapping[str, Any], *, name: str = "sweep") -> SweepSpec:
     seed = data.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise _fail("seed", seed, "must be an integer >= 0")
+    starts = data.get("starts", 1)
+    if isinstance(starts, bool) or not isinstance(starts, int) or starts < 1:
+        raise _fail("starts", starts, "must be an integer >= 1")
+    if starts > 1 and pruner.type != "none":
+        raise _fail(
+            "pruner",
+            pruner.type,
+            f"starts={starts}: a trial's value is the mean over its starts, known only at the "
+            "end, so nothing can be pruned",
+            ["none"],
+        )
+    admissible = _parse_admissible(data.get("admissible") or {}, algorithms)
     spec = SweepSpec(
         name=name,
         algorithms=algorithms,
@@ -510,8 +543,32 @@ def parse_spec(data: Mapping[str, Any], *, name: str = "sweep") -> SweepSpec:
         sampler=sampler,
         pruner=pruner,
         seed=seed,
+        starts=starts,
+        admissible=admissible,
     )
     return replace(spec, enqueue=_parse_enqueue(data.get("enqueue") or [], spec))
+
+
+def _parse_admissible(
+    data: Any, algorithms: Sequence[str]
+) -> tuple[tuple[str, tuple[tuple[str, float], ...]], ...]:
+    if not isinstance(data, Mapping):
+        raise _fail("admissible", data, "must map algorithm -> {metric: minimum}")
+    out = []
+    for alg, rules in data.items():
+        if alg not in algorithms:
+            raise _fail("admissible", alg, "not one of the spec's algorithms", list(algorithms))
+        if not isinstance(rules, Mapping) or not rules:
+            raise _fail(f"admissible.{alg}", rules, "must map metric -> minimum")
+        checked = []
+        for metric, minimum in rules.items():
+            if not isinstance(metric, str) or not _METRIC.match(metric):
+                raise _fail(f"admissible.{alg}", metric, "not a metric name, e.g. critic/x")
+            if isinstance(minimum, bool) or not isinstance(minimum, int | float):
+                raise _fail(f"admissible.{alg}.{metric}", minimum, "must be a number")
+            checked.append((metric, float(minimum)))
+        out.append((str(alg), tuple(checked)))
+    return tuple(out)
 
 
 def _parse_enqueue(entries: Any, spec: SweepSpec) -> tuple[tuple[tuple[str, Any], ...], ...]:
@@ -585,7 +642,10 @@ def trial_overrides(
         if m and m.group(1) != algorithm:
             continue
         out.append(o)
-    return [*out, "seeds=1", f"algorithm=[{algorithm}]", "suite.report=false", *fixed]
+    starts = [f"seeds={spec.starts}"]
+    if spec.starts > 1:  # independent starts: each seed trains its own
+        starts.append("warmstart.per_seed=true")
+    return [*out, *starts, f"algorithm=[{algorithm}]", "suite.report=false", *fixed]
 
 
 def _has_path(cfg: Any, path: str) -> tuple[bool, str, list[str]]:

@@ -60,6 +60,7 @@ class Critic:
         meter: ComputeMeter,
         tokenizer_size: int,
         precision: str = "fp32",
+        seed: int = 0,
     ) -> None:
         vocab = getattr(base.config, "vocab_size", None)
         if vocab is not None and vocab < tokenizer_size:
@@ -74,6 +75,8 @@ class Critic:
         #: value loss (BCE, MSE) are fp32 at either.
         self.precision = precision
         self.model = ValueModel(base)
+        if config.critic_head_init == "normal":
+            self._normal_head(seed)
         lr = config.critic_lr if config.critic_lr is not None else algorithm.critic_lr
         self.opt = torch.optim.AdamW(
             self.model.parameters(), lr=lr, weight_decay=config.weight_decay
@@ -141,6 +144,17 @@ class Critic:
     def _head_vector(self) -> torch.Tensor:
         h = self.model.head
         return torch.cat([h.weight.detach().flatten(), h.bias.detach().flatten()]).clone()
+
+    @torch.no_grad()
+    def _normal_head(self, seed: int) -> None:
+        """``trainer.critic_head_init=normal``: HF's initialisation of a token-classification
+        head (weights ~ N(0, initializer_range), bias 0), drawn from a generator of its own so
+        the run's other random streams are the same as with any other head."""
+        std = float(getattr(self.model.config, "initializer_range", 0.02))
+        gen = torch.Generator().manual_seed(seed)
+        w = self.model.head.weight
+        w.copy_(torch.randn(w.shape, generator=gen, dtype=torch.float32).to(w.dtype) * std)
+        self.model.head.bias.zero_()
 
     @torch.no_grad()
     def init_head(self, scores: torch.Tensor) -> None:

@@ -271,6 +271,7 @@ class RLTrainer:
                 meter=self.meter,
                 tokenizer_size=len(tokenizer),
                 precision=precision,
+                seed=seed,
             )
         self.evaluator = TrainingEvaluator(
             name=algorithm.name,

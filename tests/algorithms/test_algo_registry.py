@@ -31,6 +31,7 @@ BUILTINS = [
     "grpo2",
     "gspo",
     "ppo",
+    "ppo_inert_critic",
     "reinforce_pp",
     "reinforce_pp_baseline",
     "remax",

@@ -270,6 +270,11 @@ BAD_SPECS = [
         {"algorithms": ["sppo", "grpo"], "search_space": {"algorithm.{alg}.critic_lr": LR}},
         "fails the suite's validation for grpo",
     ),
+    ({"starts": 0}, "starts=0: must be an integer >= 1"),
+    ({"starts": 2, "pruner": "median"}, "pruner='median': starts=2"),
+    ({"admissible": {"grpo": {"critic/x": 0.1}}}, "admissible='grpo': not one of the spec's"),
+    ({"admissible": {"sppo": {"critic/x": "high"}}}, "admissible.sppo.critic/x='high'"),
+    ({"admissible": {"sppo": {"loss": 0.1}}}, "admissible.sppo='loss': not a metric name"),
 ]
 
 
@@ -281,7 +286,9 @@ def test_bad_spec_fails_before_any_trial_naming_the_field(tmp_path, base, change
     assert not (tmp_path / "optuna.db").exists() and not (tmp_path / "mlflow.db").exists()
 
 
-@pytest.mark.parametrize("name", ["lr_per_algorithm", "critic_settings", "equal_effort"])
+@pytest.mark.parametrize(
+    "name", ["lr_per_algorithm", "critic_settings", "equal_effort", "claims_critic", "claims_actor"]
+)
 def test_shipped_specs_are_valid_against_the_config(name):
     spec = load_spec(name)
     configs = check_spec(spec)
@@ -301,3 +308,65 @@ def test_objective_value_final_accuracy_and_auc():
     # trapezoids: 0.5 * (0.2 + 0.4) / 2 + 0.5 * (0.4 + 0.3) / 2 = 0.325, over a span of 1
     assert objective_value("auc", evals) == pytest.approx(0.325)
     assert objective_value("auc", [(0.5, 0.4), (1.0, 0.2)]) == pytest.approx(0.3)
+
+
+@pytest.mark.slow  # four micro runs, each seed with its own warm start: ~1 min on 2 cores
+def test_a_trial_over_two_starts_scores_their_mean_and_only_admissible_trials_are_best(
+    tmp_path, base
+):
+    """``starts: 2``: each trial runs seeds 0 and 1, each from its own warm start; its value is
+    the mean of the two runs' final accuracies. ``admissible``: a trial whose runs' final metric
+    misses the minimum is complete and listed, but never the best, and the sampler sees it as
+    infeasible. The minimums are set so that one trial passes and one cannot."""
+    spec = parse_spec(
+        _spec(
+            base,
+            starts=2,
+            trials=2,
+            sampler="tpe",
+            admissible={"sppo": {M.COMPUTE_ROLLOUT_SAMPLES: 64}},
+            enqueue=[{"algorithm.sppo.actor_lr": 1e-4}, {"algorithm.sppo.actor_lr": 2e-4}],
+        )
+    )
+    stores = _stores(tmp_path)
+    result = run_sweep(spec, **stores)
+    client = MlflowClient(stores["tracking_uri"])
+    key = M.eval_metric("arith", "accuracy")
+    (study,) = result.studies
+    trials = optuna.load_study(study_name=study, storage=stores["storage"]).trials
+    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"]
+    for t in trials:
+        runs = [client.get_run(rid) for rid in t.user_attrs["mlflow_run_ids"]]
+        assert sorted(r.data.tags[M.TAG_SEED] for r in runs) == ["0", "1"]
+        starts = {r.data.tags["sppo_bench.start"] for r in runs}
+        assert len(starts) == 2  # each seed its own warm start
+        finals = [r.data.metrics[key] for r in sorted(runs, key=lambda r: r.data.tags[M.TAG_SEED])]
+        assert t.user_attrs["values_per_start"] == pytest.approx(finals, abs=0)
+        assert t.value == pytest.approx(sum(finals) / 2, rel=1e-12)
+        # every run charges its whole budget: 64 samples >= 64, so both trials are admissible
+        assert t.user_attrs["admissible"] is True
+        assert t.constraints == {M.COMPUTE_ROLLOUT_SAMPLES: 0.0}  # feasible: margin <= 0
+        assert t.intermediate_values == {}  # several starts: nothing reported, nothing pruned
+    (best,) = result.best
+    assert best.admissible == 2 and best.value == max(t.value for t in trials)
+    assert "| sppo | 0 | COMPLETE |" in result.summary_md.read_text()
+
+    # the same two points with a minimum no run reaches: listed, never best
+    strict = parse_spec(
+        _spec(
+            base,
+            starts=2,
+            trials=2,
+            sampler="tpe",
+            admissible={"sppo": {M.COMPUTE_ROLLOUT_SAMPLES: 65}},
+            enqueue=[{"algorithm.sppo.actor_lr": 1e-4}, {"algorithm.sppo.actor_lr": 2e-4}],
+        )
+    )
+    out = tmp_path / "strict"
+    out.mkdir()
+    result = run_sweep(strict, **_stores(out))
+    (best,) = result.best
+    assert (best.complete, best.admissible, best.value) == (2, 0, None)
+    rows = result.trials
+    assert [r["admissible"] for r in rows] == [False, False]
+    assert all(r["finals"][M.COMPUTE_ROLLOUT_SAMPLES] == 64 for r in rows)

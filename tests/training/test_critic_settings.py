@@ -230,6 +230,41 @@ def test_start_success_sets_the_bias_at_the_first_batch(setup):
         assert torch.equal(state["critic_head_init"], tr.critic.head0)
 
 
+def test_normal_head_is_hf_init_drawn_from_the_run_seed_alone(setup):
+    """``normal``: weights ~ N(0, initializer_range), bias 0, a function of the run's seed only;
+    drawing them leaves the run's other random streams as any other head would (the first
+    batch's rollouts are the same as with the zero head)."""
+    task, tok, start = setup
+    heads, first = {}, {}
+    for init, seed in (("normal", 0), ("normal", 0), ("normal", 1), ("zero", 0)):
+        rec = Recorder()
+        tr = make_trainer(
+            "ppo",
+            start,
+            tok,
+            task,
+            Budget("samples", SPS, (0.0, 1.0)),
+            critic_head_init=init,
+            calibration_prompts=0,
+            tracker=rec,
+            seed=seed,
+        )
+        head = tr.critic.head0.clone()
+        tr.train()
+        heads.setdefault((init, seed), []).append(head)
+        reward = next(m[M.TRAIN_REWARD_MEAN] for _, m in rec.history if M.TRAIN_REWARD_MEAN in m)
+        first.setdefault((init, seed), reward)
+    a, b = heads[("normal", 0)]
+    assert torch.equal(a, b)
+    assert not torch.equal(a, heads[("normal", 1)][0])
+    w = a[:-1]
+    std = float(getattr(start.config, "initializer_range", 0.02))
+    # d draws of N(0, std): the sample std is within 5 standard errors (std / sqrt(2d)) of std
+    assert abs(float(w.std()) - std) < 5 * std / math.sqrt(2 * w.numel())
+    assert a[-1].item() == 0.0
+    assert first[("normal", 0)] == first[("zero", 0)]
+
+
 def test_warmup_setting_overrides_the_algorithms(setup):
     task, tok, start = setup
     ppo = get_algorithm("ppo", critic_warmup_steps=7)
@@ -284,7 +319,7 @@ def test_critic_schedule_counts_its_steps_and_keeps_the_actors(setup):
         ({"critic_epochs": 0}, "trainer.critic_epochs=0 must be >= 1 or null"),
         (
             {"critic_head_init": "ones"},
-            r"trainer.critic_head_init='ones': allowed \['zero', 'start_success'\]",
+            r"trainer.critic_head_init='ones': allowed \['zero', 'start_success', 'normal'\]",
         ),
         ({"memory_profile_step": -2}, "trainer.memory_profile_step=-2 must be >= -1. Step"),
     ],
