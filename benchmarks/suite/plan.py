@@ -160,6 +160,7 @@ def validate(cfg: Any) -> SuitePlan:
     claims = _claims(cfg, algorithms, task)
     model = _model(cfg, task)
     _check_critic_models(cfg, algorithms, trainers, task, model)
+    _check_prompt_pool(cfg, trainers, task)
     if cfg.engine.name == "torch":  # verl's own `engine.rollout` names verl's backend
         check_rollout_config(cfg.engine)
     min_free = _min_free_disk(cfg)
@@ -481,6 +482,25 @@ def _check_critic_models(
                     cfg.trainer.max_new_tokens
                 )
             critic_spec(t.critic_model, model.spec, positions)
+
+
+def _check_prompt_pool(cfg: Any, trainers: Mapping[str, TrainerConfig], task: Task) -> None:
+    """``trainer.prompt_pool``: no larger than the task's training set, and native only (verl
+    reads its own parquet files of prompts)."""
+    pools = {t.prompt_pool for t in trainers.values()} - {None}
+    if not pools:
+        return
+    if cfg.engine.name != "torch":
+        raise ConfigError(
+            f"trainer.prompt_pool={max(pools)}: engine={cfg.engine.name} draws prompts from its "
+            "own files; allowed there: null"
+        )
+    n = len(task.train_problems())
+    if max(pools) > n:
+        raise ConfigError(
+            f"trainer.prompt_pool={max(pools)}: the task has only {n} training problems; "
+            f"allowed: 1..{n} or null"
+        )
 
 
 def _min_free_disk(cfg: Any) -> float:

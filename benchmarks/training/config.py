@@ -143,6 +143,13 @@ class TrainerConfig:
         "start_success (its bias at the first batch's mean success) or normal (HF's "
         "token-classification head: N(0, initializer_range) weights, zero bias).",
     )
+    prompt_pool: int | None = config_field(
+        None,
+        "RL prompts come from the first N of the task's training problems only (the same N for "
+        "every seed and algorithm), so prompts recur, as in SPO's setting; null: all of them. "
+        "The warm start is unchanged.",
+        ge=1,
+    )
     critic_model: Any = config_field(
         None,
         "The critic's model: null (a copy of the policy's start), a mapping of tiny-Llama fields "

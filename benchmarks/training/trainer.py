@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from algorithms import Algorithm
+from algorithms import Algorithm, ConfigError
 from algorithms.common import kl_penalty
 from benchmarks import faults
 from benchmarks.engines.rollout import Rollout, RolloutEngine
@@ -253,7 +253,15 @@ class RLTrainer:
         torch.manual_seed(seed)
         algorithm.reset_state()  # an algorithm object may be reused across runs (seeds)
         self.engine = engine_factory(policy)
-        self.stream = PromptStream(task.train_problems(), prompt_seed)
+        problems = task.train_problems()
+        if config.prompt_pool is not None:
+            if config.prompt_pool > len(problems):
+                raise ConfigError(
+                    f"trainer.prompt_pool={config.prompt_pool}: the task has only "
+                    f"{len(problems)} training problems"
+                )
+            problems = problems[: config.prompt_pool]
+        self.stream = PromptStream(problems, prompt_seed)
         self.meter = ComputeMeter()
         self.fm = FlopModel.from_config(policy.config)
         self.opt = torch.optim.AdamW(

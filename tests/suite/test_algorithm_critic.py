@@ -24,3 +24,26 @@ def test_an_algorithms_own_critic_settings_win_for_it_alone():
     # null in the algorithm's node leaves trainer's value
     assert (t["ppo"].critic_epochs, t["ppo"].critic_head_init) == (4, "zero")
     assert t["grpo"].critic_epochs == 4  # no critic: trainer's value, unused
+
+
+def test_a_suites_tuned_values_replace_the_files_defaults_and_the_command_line_wins():
+    """``tuned.<algorithm>``: a suite's own values for the algorithms it runs; an algorithm the
+    suite tuned but the run does not select stays out; ``algorithm.<name>.<key>=`` still wins."""
+    base = validate(compose_config(["algorithm=[sppo,ppo,grpo]"]))
+    plan = validate(
+        compose_config(
+            [
+                "algorithm=[sppo,ppo]",
+                "+tuned={ppo: {actor_lr: 3.0e-4, critic_lr: 1.0e-3, critic: {head_init: normal}},"
+                " grpo: {actor_lr: 5.0e-4}, sppo: {critic: {epochs: 2}}}",
+                "algorithm.sppo.actor_lr=2.0e-4",
+            ]
+        )
+    )
+    assert sorted(plan.algorithms) == ["ppo", "sppo"]
+    ppo, sppo = plan.trainer["ppo"], plan.trainer["sppo"]
+    assert (ppo.actor_lr, ppo.critic_lr, ppo.critic_head_init) == (3.0e-4, 1.0e-3, "normal")
+    assert ppo.critic_epochs == base.trainer["ppo"].critic_epochs  # not tuned: the file's
+    assert sppo.actor_lr == 2.0e-4  # the command line beats the file's default
+    assert sppo.critic_epochs == 2
+    assert sppo.critic_lr == base.trainer["sppo"].critic_lr
