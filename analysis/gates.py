@@ -28,7 +28,14 @@ import pandas as pd
 
 from .claims import Claim
 
-__all__ = ["Gate", "claim_datasets", "evaluate_gates", "gate_datasets", "untestable"]
+__all__ = [
+    "Gate",
+    "claim_datasets",
+    "evaluate_gates",
+    "gate_datasets",
+    "per_start_finals",
+    "untestable",
+]
 
 
 @dataclass(frozen=True)
@@ -105,6 +112,38 @@ def _final_metric(df: pd.DataFrame, algorithm: str, metric: str) -> float:
         return float("nan")
     last = rows.sort_values("step", kind="stable").groupby("run_id")["value"].last()
     return float(last.mean())
+
+
+def per_start_finals(
+    claims: Sequence[Claim], items: pd.DataFrame, df: pd.DataFrame
+) -> pd.DataFrame:
+    """The ``final_min`` gates' metrics start by start: one row per (start, algorithm, metric),
+    the metric's last value in each run of that start, averaged over its RL seeds. A gate reads
+    their mean over runs; this shows whether every start's critic learns, or a few carry it.
+
+    Args:
+        claims: the declared claims (their ``final_min`` gates name the metrics).
+        items: the item table (:func:`analysis.load_items`): which start each run began from.
+        df: the tidy frame (:func:`analysis.load_runs`).
+    """
+    wanted = {
+        (a, m, t) for c in claims for a, ms in c.gates.final_min.items() for m, t in ms.items()
+    }
+    cols = ["start", "algorithm", "metric", "value", "runs", "threshold"]
+    if not wanted or items.empty or df.empty:
+        return pd.DataFrame(columns=cols)
+    start_of = items.drop_duplicates("run_id").set_index("run_id")["start"]
+    rows = []
+    for algorithm, metric, threshold in sorted(wanted):
+        sel = df[(df["algorithm"] == algorithm) & (df["metric"] == metric)].dropna(subset=["value"])
+        if sel.empty:
+            continue
+        last = sel.sort_values("step", kind="stable").groupby("run_id")["value"].last()
+        frame = last.rename("value").to_frame()
+        frame["start"] = start_of.reindex(frame.index).to_numpy()
+        for start, g in frame.dropna(subset=["start"]).groupby("start"):
+            rows.append((start, algorithm, metric, float(g["value"].mean()), len(g), threshold))
+    return pd.DataFrame(rows, columns=cols)
 
 
 def evaluate_gates(claim: Claim, items: pd.DataFrame, df: pd.DataFrame | None) -> list[Gate]:

@@ -41,7 +41,7 @@ from .calibration import (
 from .claims import CLAIMS_PARAM, Claim, claims_from_param
 from .curves import compute_to_target, describe_compute_to_target
 from .fit import fit_curves
-from .gates import claim_datasets
+from .gates import claim_datasets, per_start_finals
 from .horizon import horizon_table, plot_accuracy_vs_horizon
 from .load import ITEM_TABLE_COLUMNS, eval_points, load_items, run_params
 from .plots import plot_memory, plot_panels, plot_training_curves
@@ -450,6 +450,19 @@ def _claims_section(
         *describe_claims(table),
     )
     w.table("claims", "Declared claims: the verdict table", table, format_claims_table(table))
+    critics = per_start_finals(claims, items, df)
+    if not critics.empty:
+        wide = critics.pivot_table(
+            index="start", columns=["algorithm", "metric"], values="value", aggfunc="first"
+        )
+        wide.columns = [f"{a} {m}" for a, m in wide.columns]
+        w.table(
+            "claims_gates_per_start",
+            "The critics' gate metrics per start (final value, mean over the start's RL seeds; "
+            "the gate reads their mean over runs)",
+            critics,
+            wide.reset_index(),
+        )
     _exploratory_groups(w, claims, items, seed)
 
 

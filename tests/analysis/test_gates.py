@@ -11,7 +11,13 @@ import pandas as pd
 import pytest
 
 from analysis.claims import parse_claims
-from analysis.gates import claim_datasets, evaluate_gates, gate_datasets, untestable
+from analysis.gates import (
+    claim_datasets,
+    evaluate_gates,
+    gate_datasets,
+    per_start_finals,
+    untestable,
+)
 
 HORIZONS = (1, 2, 4, 8)
 ITEMS = 20
@@ -166,3 +172,31 @@ def test_a_gate_whose_metric_was_not_logged_fails_as_not_measured():
         "untestable on this testbed: sppo critic/calibration_pearson at the end = not measured "
         "(needs >= 0.3)"
     )
+
+
+def test_per_start_finals_shows_each_starts_critic_and_their_mean_is_the_gates():
+    """Two starts x two seeds of PPO: start s0's critic learns (0.3, 0.1 at the end), s1's
+    does not (0.0, 0.02); the gate reads the mean over all four runs, the table each start's."""
+    (horizon, _) = _claims(final_min={"ppo": {"critic/heldout_explained_variance": 0.1}})
+    ends = {("s0", 0): 0.3, ("s0", 1): 0.1, ("s1", 0): 0.0, ("s1", 1): 0.02}
+    rows, items = [], []
+    for (start, seed), v in ends.items():
+        rid = f"ppo-{start}-{seed}"
+        for step, value in ((1, -1.0), (2, v)):
+            rows.append(
+                dict(
+                    run_id=rid,
+                    algorithm="ppo",
+                    metric="critic/heldout_explained_variance",
+                    step=step,
+                    value=value,
+                )
+            )
+        items.append(dict(run_id=rid, start=start, seed=seed, algorithm="ppo"))
+    df, items = pd.DataFrame(rows), pd.DataFrame(items)
+    table = per_start_finals([horizon], items, df)
+    got = {r.start: (round(r.value, 9), r.runs, r.threshold) for r in table.itertuples()}
+    assert got == {"s0": (0.2, 2, 0.1), "s1": (0.01, 2, 0.1)}
+    (gate,) = evaluate_gates(horizon, _items(START, LEARNS), df)
+    assert gate.value == pytest.approx(table["value"].mean(), abs=1e-12)
+    assert per_start_finals(_claims(), items, df).empty  # no final_min gate: nothing to show
