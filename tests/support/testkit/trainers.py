@@ -33,6 +33,7 @@ MAX_NEW = 10
 OVERRIDES: dict[str, dict[str, Any]] = {
     "sppo": {},
     "ppo": {"critic_warmup_steps": 1},
+    "ppo_inert_critic": {"critic_warmup_steps": 1},
     "grpo": {},
     "dapo": {"group_size": 4},
     "rloo": {"group_size": 4},
