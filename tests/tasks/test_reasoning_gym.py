@@ -37,6 +37,18 @@ def test_splits_are_disjoint_and_keep_the_datasets_question_text(chain_sum):
     assert train == own
 
 
+def test_train_and_held_out_items_are_disjoint_and_train_items_grade_as_their_own(chain_sum):
+    """Disjoint by id and by content, and each train item is graded against its own entry:
+    every train item's worked solution and bare answer score 1 (a held-out entry under a
+    shared id would grade them against another question's answer)."""
+    train, held = list(chain_sum.train_problems()), list(chain_sum.eval_problems())
+    ids = [p.id for p in train + held]
+    assert len(set(ids)) == len(ids)
+    assert {p.prompt for p in train}.isdisjoint(p.prompt for p in held)
+    assert chain_sum.grade([p.solution for p in train], train).scores == [1.0] * len(train)
+    assert chain_sum.grade([f"#{p.answer}" for p in train], train).scores == [1.0] * len(train)
+
+
 def test_worked_solutions_score_one_and_other_answers_zero(chain_sum):
     held = list(chain_sum.eval_problems())
     solutions = [p.solution for p in held]
