@@ -76,3 +76,37 @@ def test_sppo_bench_eval_samples_at_its_temperature(tok, asked):
     evaluate_model(model, tok, [task], request)
     held = [p.prompt for p in task.eval_problems()]
     assert asked == {0.0: Counter(held), 0.35: Counter({p: 4 for p in held})}
+
+
+def test_the_starts_difficulty_is_measured_at_the_training_temperature(tok, asked, tmp_path):
+    """The headroom checks read the start's per-prompt success rates, which must be the
+    policy's success as training samples it: at ``trainer.temperature``, whatever the
+    evaluation's temperature. Through a composed suite's start recipe, as a suite builds it."""
+    from benchmarks.config import compose_config
+    from benchmarks.suite.plan import validate
+    from benchmarks.training.start import policy_start
+
+    cfg = compose_config(
+        [
+            f"cache_dir={tmp_path}",
+            "task.horizon=1",
+            "model.hidden_size=16",
+            "model.num_layers=1",
+            "model.num_heads=2",
+            "model.intermediate_size=32",
+            "warmstart.phases=[{steps:2,direct_fraction:0.0}]",
+            "warmstart.batch_size=4",
+            "warmstart.eval_every=2",
+            "warmstart.val_size=4",
+            "warmstart.difficulty_prompts=4",
+            "warmstart.difficulty_samples=3",
+            f"trainer.temperature={TRAIN_T}",
+            f"trainer.eval_temperature={EVAL_T}",
+        ]
+    )
+    plan = validate(cfg)
+    _, info = policy_start(plan.start_recipe, 0, plan.task, tok)
+    held = [p.prompt for p in plan.task.eval_problems()[:4]]
+    assert info["difficulty"]["prompts"] == 4
+    sampled = {t: c for t, c in asked.items() if t > 0}  # the warm start's checks are greedy
+    assert sampled == {TRAIN_T: Counter({p: 3 for p in held})}
