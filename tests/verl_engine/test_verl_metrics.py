@@ -147,3 +147,17 @@ def test_map_verl_run_logs_the_mapped_series_into_the_run(tmp_path):
 def test_charged_samples_are_trained_plus_discarded(evicted):
     out = _map({"response_length/mean": [(1, 1.0)], EVICTED: [(1, evicted)]})
     assert out[M.COMPUTE_ROLLOUT_SAMPLES][-1] == (1, P * N + evicted)
+
+
+def test_remaxs_greedy_baseline_is_charged_as_the_native_meter_charges_it():
+    """verl's ReMax decodes one greedy response per prompt besides the sampled ones: P more
+    samples a step, as the native trainer counts them."""
+    out = map_history(
+        {"response_length/mean": [(1, 4.0), (2, 6.0)]},
+        prompts_per_step=P,
+        samples_per_prompt=1,
+        total_steps=2,
+        greedy_baseline=True,
+    )
+    assert out[M.COMPUTE_ROLLOUT_SAMPLES] == [(0, 0.0), (1, 8.0), (2, 16.0)]
+    assert out[M.COMPUTE_ROLLOUT_TOKENS][-1] == (2, 40.0)  # the sampled responses' tokens
