@@ -115,32 +115,70 @@ def test_evaluation_is_the_largest_k_per_dataset_at_its_budget_fraction():
     assert M.EVAL_BUDGET_FRACTION not in _map({"val-core/a/acc/max@1": [(1, 0.5)]})
 
 
-def test_map_verl_run_logs_the_mapped_series_into_the_run(tmp_path):
-    """On a real MLflow store: a run holding verl's histories gets the suite's names beside
-    them, with every generated sample charged."""
+def _store(tmp_path, history):
+    """A run on a real MLflow store holding ``history`` (verl's names as its logger stores them:
+    mean@k as mean_at_k, MLflow refuses "@"), and its client."""
+    from mlflow.entities import Metric
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    client = MlflowClient(uri)
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     run_id = client.create_run(client.create_experiment("verl")).info.run_id
+    points = [Metric(k.replace("@", "_at_"), v, 0, s) for k, pts in history.items() for s, v in pts]
+    for i in range(0, len(points), 1000):
+        client.log_batch(run_id, metrics=points[i : i + 1000])
+    return client, run_id
+
+
+@pytest.mark.parametrize(
+    ("greedy", "charged"),
+    [(False, 184.0), (True, 184.0 + 4 * P)],  # DAPO; as if ReMax's baseline were decoded too
+)
+def test_map_verl_run_logs_the_mapped_series_into_the_run(tmp_path, greedy, charged):
+    """On a real MLflow store: a run holding verl's histories gets the suite's names beside
+    them, now-stamped, with every generated sample charged."""
+    import time
+
     history = _dapo_history()
     history["critic/score/mean"] = [(1, 0.25), (2, 0.5)]
-    # verl's MLflow logger writes mean@k as mean_at_k (MLflow refuses "@" in a name).
-    history = {k.replace("@", "_at_"): v for k, v in history.items()}
-    for key, points in history.items():
-        for step, value in points:
-            client.log_metric(run_id, key, value, step=step)
-    client.log_metric(run_id, M.TRAIN_SCORE_MEAN, 0.9, step=1)  # logged natively (SPPO)
-    mapped = map_verl_run(client, run_id, prompts_per_step=P, samples_per_prompt=N, total_steps=4)
+    history[M.TRAIN_SCORE_MEAN] = [(1, 0.9)]  # logged natively (SPPO's plugin)
+    client, run_id = _store(tmp_path, history)
+    before = int(time.time() * 1000)
+    mapped = map_verl_run(
+        client,
+        run_id,
+        prompts_per_step=P,
+        samples_per_prompt=N,
+        total_steps=4,
+        greedy_baseline=greedy,
+    )
+    after = int(time.time() * 1000)
     assert M.TRAIN_SCORE_MEAN not in mapped
 
     def stored(key):
         return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
 
-    assert stored(M.COMPUTE_ROLLOUT_SAMPLES)[-1] == (4, 184.0)
+    assert stored(M.COMPUTE_ROLLOUT_SAMPLES)[-1] == (4, charged)
     for key, points in mapped.items():
         assert stored(key) == sorted(points), key
+        stamps = {m.timestamp for m in client.get_metric_history(run_id, key)}
+        assert all(before <= t <= after for t in stamps), key
     assert stored(M.TRAIN_SCORE_MEAN) == [(1, 0.9)]
+
+
+def test_a_long_run_is_logged_whole(tmp_path):
+    """More mapped points than one MLflow batch (1000) holds: every one is stored, once."""
+    steps = range(1, 301)
+    history = {
+        "response_length/mean": [(s, 1.0) for s in steps],
+        "perf/time_per_step": [(s, 0.5) for s in steps],
+    }
+    client, run_id = _store(tmp_path, history)
+    mapped = map_verl_run(client, run_id, prompts_per_step=P, samples_per_prompt=N, total_steps=300)
+    assert sum(len(v) for v in mapped.values()) > 1001
+    for key, points in mapped.items():
+        logged = client.get_metric_history(run_id, key)
+        assert sorted((m.step, m.value) for m in logged) == sorted(points), key
+    assert mapped[M.COMPUTE_ROLLOUT_SAMPLES][-1] == (300, 300.0 * P * N)
 
 
 @pytest.mark.parametrize("evicted", [0.0, 24.0])
