@@ -29,9 +29,9 @@ def test_the_stream_repeats_no_problem_within_a_permutation():
     assert len(perms) > 1
 
 
-@pytest.mark.parametrize("stop", range(1, STEPS))
+@pytest.mark.parametrize("stop", range(STEPS))
 def test_a_resumed_stream_equals_the_uninterrupted_one_across_wraps(stop, tmp_path):
-    """Saved after step ``stop`` (before, at and after wraps) through the checkpoint file a
+    """Saved after step ``stop`` (before the first draw, before, at and after wraps) through the checkpoint file a
     trainer writes, then read into a fresh stream built as a resumed run builds it (same
     problems, same seed): the rest of the stream is the uninterrupted one's."""
     whole = _ids(PromptStream(PROBLEMS, 5), STEPS)

@@ -162,6 +162,27 @@ def test_suites_whose_starts_are_the_same_share_them(override, base_keys, tmp_pa
     assert _keys(override, tmp_path) == base_keys
 
 
+def test_the_key_is_the_one_existing_caches_were_written_under(recipe):
+    """Recomputed by hand from what it hashes: a change of layout would orphan every cached
+    start (each is minutes of SFT) without changing any start."""
+    import hashlib
+    import json
+
+    from benchmarks.training.warmstart import WARMSTART_VERSION
+
+    ws = {k: v for k, v in recipe.warmstart.items() if ("warmstart", k) not in NOT_THE_START}
+    ws.pop("threads")  # one thread: not named
+    ws = {k: v for k, v in ws.items() if v or k not in ("curriculum_steps", "warmup_steps")}
+    parts = {
+        "v": WARMSTART_VERSION,
+        "identity": {"task": dict(recipe.task_node), "model": dict(recipe.model_node)},
+        "warmstart": ws,
+        "seed": 7,
+    }
+    blob = json.dumps(parts, sort_keys=True, default=str).encode()
+    assert recipe.policy_key(7) == hashlib.sha256(blob).hexdigest()[:16]
+
+
 def test_the_key_names_the_folder_policy_start_reads_and_writes(tmp_path):
     task = ArithTask(horizon=1)
     tok = build_char_tokenizer(task.alphabet)
