@@ -162,17 +162,24 @@ def test_suites_whose_starts_are_the_same_share_them(override, base_keys, tmp_pa
     assert _keys(override, tmp_path) == base_keys
 
 
-def test_the_key_is_the_one_existing_caches_were_written_under(recipe):
+@pytest.mark.parametrize("target", [True, False])
+def test_the_key_is_the_one_existing_caches_were_written_under(recipe, target):
     """Recomputed by hand from what it hashes: a change of layout would orphan every cached
-    start (each is minutes of SFT) without changing any start."""
+    start (each is minutes of SFT) without changing any start. Without a target (and with
+    curriculum and warm-up at 0) the target's settings are not named, nor is fp32."""
     import hashlib
     import json
 
-    from benchmarks.training.warmstart import WARMSTART_VERSION
+    from benchmarks.training.warmstart import WARMSTART_VERSION, cache_key
 
+    if not target:
+        recipe = dataclasses.replace(recipe, warmstart={**recipe.warmstart, "target": None})
     ws = {k: v for k, v in recipe.warmstart.items() if ("warmstart", k) not in NOT_THE_START}
     ws.pop("threads")  # one thread: not named
-    ws = {k: v for k, v in ws.items() if v or k not in ("curriculum_steps", "warmup_steps")}
+    ws = {
+        k: v for k, v in ws.items() if v or k not in ("target", "curriculum_steps", "warmup_steps")
+    }
+    assert ("target" in ws) is target
     parts = {
         "v": WARMSTART_VERSION,
         "identity": {"task": dict(recipe.task_node), "model": dict(recipe.model_node)},
@@ -181,6 +188,9 @@ def test_the_key_is_the_one_existing_caches_were_written_under(recipe):
     }
     blob = json.dumps(parts, sort_keys=True, default=str).encode()
     assert recipe.policy_key(7) == hashlib.sha256(blob).hexdigest()[:16]
+    # fp32 is the default, and named by neither.
+    same = {"identity": parts["identity"], "cfg": recipe.identity(), "seed": 7}
+    assert cache_key(**same) == cache_key(**same, precision="fp32") == recipe.policy_key(7)
 
 
 def test_the_key_names_the_folder_policy_start_reads_and_writes(tmp_path):
