@@ -191,6 +191,9 @@ def test_the_key_is_the_one_existing_caches_were_written_under(recipe, target):
     # fp32 is the default, and named by neither.
     same = {"identity": parts["identity"], "cfg": recipe.identity(), "seed": 7}
     assert cache_key(**same) == cache_key(**same, precision="fp32") == recipe.policy_key(7)
+    # A value JSON has no type for is named by its text (a path, as a data directory may be).
+    as_path = {**same, "identity": {"data": Path("/data/x")}}
+    assert cache_key(**as_path) == cache_key(**{**same, "identity": {"data": "/data/x"}})
 
 
 def test_the_key_names_the_folder_policy_start_reads_and_writes(tmp_path):
