@@ -22,50 +22,134 @@ from testkit.trainers import SPEC, make_trainer
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 TRAIN_T, EVAL_T = 0.7, 1.3
+TOP_P = 0.9
+
+
+class _Calls(list):
+    """Every ``generate`` of every torch engine: (engine, temperature, top_p, seed, prompts)."""
+
+    def by_sampling(self) -> dict[tuple[float, float], Counter]:
+        """{(temperature, top_p): Counter of the prompts generated with them}."""
+        out: dict[tuple[float, float], Counter] = {}
+        for _, t, p, _, prompts in self:
+            out.setdefault((t, p), Counter()).update(prompts)
+        return out
+
+    def at(self, temperature: float) -> list[tuple]:
+        return [c for c in self if c[1] == temperature]
 
 
 @pytest.fixture
-def asked(monkeypatch) -> dict[float, Counter]:
-    """{temperature: Counter of the prompts generated at it}, for every torch engine."""
-    calls: dict[float, Counter] = {}
+def asked(monkeypatch) -> _Calls:
+    calls = _Calls()
     generate = TorchEngine.generate
 
     def recorded(self, prompts, **kw):
-        calls.setdefault(kw["temperature"], Counter()).update(prompts)
+        calls.append((self, kw["temperature"], kw["top_p"], kw["seed"], list(prompts)))
         return generate(self, prompts, **kw)
 
     monkeypatch.setattr(TorchEngine, "generate", recorded)
     return calls
 
 
-@pytest.mark.parametrize(("fraction", "every"), [(1.0, False), (0.5, True)])
-def test_each_training_evaluation_samples_at_its_own_temperature(fraction, every, tok, asked):
-    task = ArithTask(horizon=1, eval_size=6)
+def _evaluator(tok, task, **cfg):
     start = build_tiny_llama(SPEC, len(tok), seed=0)
-    trainer = make_trainer(
+    return make_trainer(
         "sppo",  # a prompt critic: calibration runs too
         start,
         tok,
         task,
         Budget("samples", 64, (0.0, 0.5, 1.0)),
+        seed=5,
         temperature=TRAIN_T,
+        top_p=TOP_P,
         eval_temperature=EVAL_T,
         eval_k=3,
         eval_k_problems=4,
-        eval_k_every_checkpoint=every,
+        eval_batch_size=5,
         calibration_prompts=2,
         calibration_samples=5,
+        **cfg,
     )
+
+
+@pytest.mark.parametrize(("fraction", "every"), [(1.0, False), (0.5, True)])
+def test_each_training_evaluation_samples_at_its_own_temperature(fraction, every, tok, asked):
+    task = ArithTask(horizon=1, eval_size=6)
+    trainer = _evaluator(tok, task, eval_k_every_checkpoint=every)
     trainer.evaluator.evaluate(trainer.engine, 1, fraction)
     held = [p.prompt for p in task.eval_problems()]
     assert (
-        asked
+        asked.by_sampling()
         == {
-            0.0: Counter(held),  # greedy accuracy: every held-out prompt once
-            EVAL_T: Counter({p: 3 for p in held[:4]}),  # avg@3 and pass@3
-            TRAIN_T: Counter({p: 5 for p in held[:2]}),  # calibration
+            (0.0, 1.0): Counter(held),  # greedy accuracy: every held-out prompt once
+            (EVAL_T, TOP_P): Counter({p: 3 for p in held[:4]}),  # avg@3 and pass@3
+            (TRAIN_T, TOP_P): Counter({p: 5 for p in held[:2]}),  # calibration
         }
     )
+    # avg@k runs as `sppo-bench eval` does: on a torch engine of its own, at eval_batch_size,
+    # with the run's seed.
+    (sampled,) = asked.at(EVAL_T)
+    assert sampled[0] is not trainer.engine and sampled[0].batch_size == 5
+    assert sampled[3] == 5
+
+
+def test_without_every_checkpoint_avg_at_k_waits_for_the_end(tok, asked):
+    task = ArithTask(horizon=1, eval_size=6)
+    trainer = _evaluator(tok, task)
+    trainer.evaluator.evaluate(trainer.engine, 1, 0.5)
+    assert not asked.at(EVAL_T) and asked.at(TRAIN_T) and asked.at(0.0)
+
+
+class _OtherEngine:
+    """An engine that is not the torch one (as vLLM's), answering through one: the evaluation
+    must use it as given, never build a torch engine in its place."""
+
+    def __init__(self, inner: TorchEngine) -> None:
+        self.inner, self.tokenizer = inner, inner.tokenizer
+        self.temperatures: list[float] = []
+
+    def generate(self, prompts, **kw):
+        self.temperatures.append(kw["temperature"])
+        return self.inner.generate(prompts, **kw)
+
+
+def test_another_engine_is_used_for_avg_at_k_as_given(tok, asked):
+    task = ArithTask(horizon=1, eval_size=6)
+    trainer = _evaluator(tok, task)
+    other = _OtherEngine(trainer.engine)
+    trainer.evaluator.evaluate(other, 1, 1.0)
+    assert sorted(other.temperatures) == [0.0, 0.0, TRAIN_T, EVAL_T]  # greedy: 6 in 5s
+    assert all(call[0] is trainer.engine for call in asked)
+
+
+def test_avg_at_k_is_logged_at_its_step_under_its_fraction(tok, tmp_path):
+    """On a real MLflow store: the sampled evaluation's metrics at the step it ran, its sample
+    table per evaluation point (``f0.5``, ``final``) holding ``eval_samples_logged`` problems
+    of k samples each, cut at ``max_new_tokens``, and no grader totals (the step's own)."""
+    import json
+
+    from mlflow.tracking import MlflowClient
+
+    from benchmarks.telemetry import metrics as M
+    from benchmarks.telemetry.tracking import MlflowTracker
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run_id = client.create_run(client.create_experiment("e")).info.run_id
+    task = ArithTask(horizon=1, eval_size=6)
+    trainer = _evaluator(tok, task, eval_k_every_checkpoint=True, max_new_tokens=3)
+    trainer.evaluator.tracker = MlflowTracker(client, run_id, synchronous=True)
+    trainer.evaluator.evaluate(trainer.engine, 3, 0.5)
+    trainer.evaluator.evaluate(trainer.engine, 7, 1.0)
+    history = client.get_metric_history(run_id, M.eval_metric("arith", "avg_at_3"))
+    assert sorted(m.step for m in history) == [3, 7]
+    assert M.GRADER_TIMEOUTS not in client.get_run(run_id).data.metrics
+    for tag in ("f0.5", "final"):
+        path = client.download_artifacts(run_id, f"eval_samples_k/{tag}/arith.json", str(tmp_path))
+        table = json.loads(open(path).read())
+        rows = dict(zip(table["columns"], zip(*table["data"], strict=True), strict=True))
+        assert len(set(rows["id"])) == 4  # eval_samples_logged problems
+        assert all(len(r) <= 3 for r in rows["response"])
 
 
 def test_sppo_bench_eval_samples_at_its_temperature(tok, asked):
@@ -75,7 +159,10 @@ def test_sppo_bench_eval_samples_at_its_temperature(tok, asked):
     model = build_tiny_llama(SPEC, len(tok), seed=0)
     evaluate_model(model, tok, [task], request)
     held = [p.prompt for p in task.eval_problems()]
-    assert asked == {0.0: Counter(held), 0.35: Counter({p: 4 for p in held})}
+    assert asked.by_sampling() == {
+        (0.0, 1.0): Counter(held),
+        (0.35, request.top_p): Counter({p: 4 for p in held}),
+    }
 
 
 def test_the_starts_difficulty_is_measured_at_the_training_temperature(tok, asked, tmp_path):
@@ -108,5 +195,5 @@ def test_the_starts_difficulty_is_measured_at_the_training_temperature(tok, aske
     _, info = policy_start(plan.start_recipe, 0, plan.task, tok)
     held = [p.prompt for p in plan.task.eval_problems()[:4]]
     assert info["difficulty"]["prompts"] == 4
-    sampled = {t: c for t, c in asked.items() if t > 0}  # the warm start's checks are greedy
-    assert sampled == {TRAIN_T: Counter({p: 3 for p in held})}
+    sampled = {k: c for k, c in asked.by_sampling().items() if k[0] > 0}  # warm start: greedy
+    assert sampled == {(TRAIN_T, 1.0): Counter({p: 3 for p in held})}

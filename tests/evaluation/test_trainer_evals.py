@@ -65,3 +65,9 @@ def test_the_last_step_evaluates_as_the_budgets_end(evaluator, caplog):
     assert "eval fractions [0.5] were not reached" in caplog.text
     assert evaluator.index == 4
     assert evaluator.maybe_eval(None, 2) == {}  # every fraction is behind
+
+
+def test_the_first_evaluation_is_the_start_whatever_the_meter_says(evaluator):
+    evaluator.meter.samples = 30  # past 0.25 already
+    evaluator.maybe_eval(None, 0, force_first=True)
+    assert evaluator.asked == [(0, 0.0)] and evaluator.index == 1
