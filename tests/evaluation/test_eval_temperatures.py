@@ -126,7 +126,7 @@ def test_another_engine_is_used_for_avg_at_k_as_given(tok, asked):
 def test_avg_at_k_is_logged_at_its_step_under_its_fraction(tok, tmp_path):
     """On a real MLflow store: the sampled evaluation's metrics at the step it ran, its sample
     table per evaluation point (``f0.5``, ``final``) holding ``eval_samples_logged`` problems
-    of k samples each, cut at ``max_new_tokens``, and no grader totals (the step's own)."""
+    of k samples each (of the 4 sampled), cut at ``max_new_tokens``, and no grader totals (the step's own)."""
     import json
 
     from mlflow.tracking import MlflowClient
@@ -137,7 +137,9 @@ def test_avg_at_k_is_logged_at_its_step_under_its_fraction(tok, tmp_path):
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     run_id = client.create_run(client.create_experiment("e")).info.run_id
     task = ArithTask(horizon=1, eval_size=6)
-    trainer = _evaluator(tok, task, eval_k_every_checkpoint=True, max_new_tokens=3)
+    trainer = _evaluator(
+        tok, task, eval_k_every_checkpoint=True, max_new_tokens=3, eval_samples_logged=2
+    )
     trainer.evaluator.tracker = MlflowTracker(client, run_id, synchronous=True)
     trainer.evaluator.evaluate(trainer.engine, 3, 0.5)
     trainer.evaluator.evaluate(trainer.engine, 7, 1.0)
@@ -148,7 +150,7 @@ def test_avg_at_k_is_logged_at_its_step_under_its_fraction(tok, tmp_path):
         path = client.download_artifacts(run_id, f"eval_samples_k/{tag}/arith.json", str(tmp_path))
         table = json.loads(open(path).read())
         rows = dict(zip(table["columns"], zip(*table["data"], strict=True), strict=True))
-        assert len(set(rows["id"])) == 4  # eval_samples_logged problems
+        assert len(set(rows["id"])) == 2 and len(rows["id"]) == 6  # 2 problems, 3 samples each
         assert all(len(r) <= 3 for r in rows["response"])
 
 

@@ -188,6 +188,12 @@ def test_the_key_is_the_one_existing_caches_were_written_under(recipe, target):
     }
     blob = json.dumps(parts, sort_keys=True, default=str).encode()
     assert recipe.policy_key(7) == hashlib.sha256(blob).hexdigest()[:16]
+    bf16 = {**parts, "precision": "bf16"}
+    blob = json.dumps(bf16, sort_keys=True, default=str).encode()
+    assert (
+        dataclasses.replace(recipe, precision="bf16").policy_key(7)
+        == (hashlib.sha256(blob).hexdigest()[:16])
+    )
     # fp32 is the default, and named by neither.
     same = {"identity": parts["identity"], "cfg": recipe.identity(), "seed": 7}
     assert cache_key(**same) == cache_key(**same, precision="fp32") == recipe.policy_key(7)
