@@ -79,9 +79,17 @@ def test_the_held_out_items_are_the_far_seeds_items_not_trained_on():
 
 
 def test_one_item_each_is_enough_and_none_is_refused():
-    task = ReasoningGymTask(dataset="chain_sum", config=CHAIN, train_size=1, eval_size=1)
+    task = ReasoningGymTask(
+        dataset="chain_sum",
+        config=CHAIN,
+        train_size=1,
+        eval_size=1,
+        grader_timeout_s=7.5,
+        grader_workers=2,
+    )
     try:
         assert len(task.train_problems()) == 1 and len(task.eval_problems()) <= 1
+        assert (task.grader.timeout_s, task.grader.workers) == (7.5, 2)  # the sandbox's settings
     finally:
         task.close()
     for sizes in (dict(train_size=0, eval_size=1), dict(train_size=1, eval_size=0)):

@@ -121,6 +121,24 @@ def test_evaluation_is_the_largest_k_per_dataset_at_its_budget_fraction():
     assert M.EVAL_BUDGET_FRACTION not in _map({"val-core/a/acc/max@1": [(1, 0.5)]})
 
 
+def test_the_largest_k_wins_in_any_order_and_k_2_is_an_average():
+    out = map_history(
+        {
+            "val-core/b/acc/mean@4": [(1, 0.5)],
+            "val-core/b/acc/mean@2": [(1, 0.25)],
+            "val-core/c/acc/mean_at_2": [(1, 0.75)],
+        },
+        prompts_per_step=P,
+        samples_per_prompt=N,
+        total_steps=1,  # one step: its evaluation is at the whole budget
+    )
+    assert out[M.eval_metric("b", "accuracy")] == [(1, 0.5)]
+    assert out[M.eval_metric("b", "avg_at_4")] == [(1, 0.5)]
+    assert M.eval_metric("b", "avg_at_2") not in out
+    assert out[M.eval_metric("c", "avg_at_2")] == [(1, 0.75)]
+    assert out[M.EVAL_BUDGET_FRACTION] == [(1, 1.0)]
+
+
 def _store(tmp_path, history):
     """A run on a real MLflow store holding ``history`` (verl's names as its logger stores them:
     mean@k as mean_at_k, MLflow refuses "@"), and its client."""
