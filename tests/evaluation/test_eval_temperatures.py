@@ -54,13 +54,7 @@ def asked(monkeypatch) -> _Calls:
 
 def _evaluator(tok, task, **cfg):
     start = build_tiny_llama(SPEC, len(tok), seed=0)
-    return make_trainer(
-        "sppo",  # a prompt critic: calibration runs too
-        start,
-        tok,
-        task,
-        Budget("samples", 64, (0.0, 0.5, 1.0)),
-        seed=5,
+    settings = dict(
         temperature=TRAIN_T,
         top_p=TOP_P,
         eval_temperature=EVAL_T,
@@ -69,7 +63,15 @@ def _evaluator(tok, task, **cfg):
         eval_batch_size=5,
         calibration_prompts=2,
         calibration_samples=5,
-        **cfg,
+    )
+    return make_trainer(
+        "sppo",  # a prompt critic: calibration runs too
+        start,
+        tok,
+        task,
+        Budget("samples", 64, (0.0, 0.5, 1.0)),
+        seed=5,
+        **{**settings, **cfg},
     )
 
 
@@ -199,3 +201,66 @@ def test_the_starts_difficulty_is_measured_at_the_training_temperature(tok, aske
     assert info["difficulty"]["prompts"] == 4
     sampled = {k: c for k, c in asked.by_sampling().items() if k[0] > 0}  # warm start: greedy
     assert sampled == {(TRAIN_T, 1.0): Counter({p: 3 for p in held})}
+
+
+def test_the_greedy_evaluation_reports_every_item_and_group(tok):
+    """Accuracy and its standard error overall and per horizon group, at the fraction, as the
+    means of the item scores it logs (one artifact per evaluation, which an analysis
+    resamples)."""
+    import math
+
+    from benchmarks.telemetry import metrics as M
+
+    task = ArithTask(horizon=[1, 2], eval_size=3)
+    trainer = _evaluator(tok, task, eval_k=0, calibration_prompts=0)
+    m = trainer.evaluator.evaluate(trainer.engine, 4, 0.5)
+    ((fraction, res),) = trainer.evals
+    items = trainer.evaluator.tracker.dicts[M.eval_items_file("arith", 0.5)]
+    groups = task.eval_groups()
+    assert items == {
+        "dataset": "arith",
+        "step": 4,
+        "budget_fraction": 0.5,
+        "scores": [float(s) for s in res.scores],
+        "groups": groups,
+    }
+    assert fraction == 0.5 and len(res.scores) == 6 and set(groups) == {"arith_h1", "arith_h2"}
+
+    def acc_se(scores):
+        p = sum(scores) / len(scores)
+        return p, math.sqrt(p * (1 - p) / len(scores))
+
+    expected = {M.EVAL_BUDGET_FRACTION: 0.5}
+    for name, idx in {"arith": range(6), **groups}.items():
+        acc, se = acc_se([res.scores[i] for i in idx])
+        expected[M.eval_metric(name, "accuracy")] = acc
+        expected[M.eval_metric(name, "accuracy_se")] = se
+    assert m == pytest.approx(expected, abs=1e-12)
+
+
+class _NoGroups:
+    """A task without held-out groups (no ``eval_groups``), as a real dataset may be."""
+
+    def __init__(self, task: ArithTask) -> None:
+        self.task = task
+        self.name, self.eval_name = task.name, task.eval_name
+
+    def eval_problems(self):
+        return self.task.eval_problems()
+
+    def grade(self, responses, problems):
+        return self.task.grade(responses, problems)
+
+
+def test_a_task_without_groups_reports_the_whole_set(tok):
+    from benchmarks.telemetry import metrics as M
+
+    trainer = _evaluator(tok, ArithTask(horizon=1, eval_size=4), eval_k=0, calibration_prompts=0)
+    trainer.evaluator.task = _NoGroups(trainer.task)
+    m = trainer.evaluator.evaluate(trainer.engine, 1, 1.0)
+    assert set(m) == {
+        M.eval_metric("arith", "accuracy"),
+        M.eval_metric("arith", "accuracy_se"),
+        M.EVAL_BUDGET_FRACTION,
+    }
+    assert trainer.evaluator.tracker.dicts[M.eval_items_file("arith", 1.0)]["groups"] == {}
