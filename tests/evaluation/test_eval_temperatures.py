@@ -16,6 +16,7 @@ from benchmarks.evaluation.evaluate import evaluate_model
 from benchmarks.evaluation.settings import parse_settings
 from benchmarks.tasks.arith import ArithTask
 from benchmarks.telemetry.meter import Budget
+from benchmarks.telemetry.tracking import NullTracker
 from benchmarks.training.modeling import build_tiny_llama
 from testkit.trainers import SPEC, make_trainer
 
@@ -264,3 +265,56 @@ def test_a_task_without_groups_reports_the_whole_set(tok):
         M.EVAL_BUDGET_FRACTION,
     }
     assert trainer.evaluator.tracker.dicts[M.eval_items_file("arith", 1.0)]["groups"] == {}
+
+
+class _Tables(NullTracker):
+    """Keeps the tables too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: dict[str, dict[str, list]] = {}
+
+    def log_table(self, data, artifact_file: str) -> None:
+        self.tables[artifact_file] = dict(data)
+
+
+def test_what_each_evaluation_point_runs_and_logs(tok, asked):
+    """The greedy sample table at the start and the end only; avg@k (k = 1 counts) at the end;
+    calibration (one prompt counts) at the end only when not asked at every eval, with its
+    table at the end; the progress and evaluation callbacks at every point."""
+    task = ArithTask(horizon=1, eval_size=6)
+    trainer = _evaluator(
+        tok,
+        task,
+        eval_k=1,
+        calibration_prompts=1,
+        calibration_every_eval=False,
+        eval_samples_logged=2,
+    )
+    ev = trainer.evaluator
+    ev.tracker = _Tables()
+    progress, evals = [], []
+    ev.on_progress = lambda f, m: progress.append((f, m))
+    ev.on_eval = lambda f, r: evals.append((f, r))
+    trainer.meter.samples = 32
+    held = list(task.eval_problems())
+    for step, fraction in ((0, 0.0), (1, 0.5), (2, 1.0)):
+        ev.evaluate(trainer.engine, step, fraction)
+    assert set(ev.tracker.tables) == {
+        "eval_samples/arith_start.json",
+        "eval_samples/arith_final.json",
+        "eval_samples_k/final/arith.json",
+        "critic_calibration.json",
+    }
+    final = ev.tracker.tables["eval_samples/arith_final.json"]
+    (_, res) = evals[-1]
+    assert final == {
+        "prompt": [p.prompt for p in held[:2]],
+        "answer": [p.answer for p in held[:2]],
+        "response": res.responses[:2],
+        "score": res.scores[:2],
+    }
+    assert len(asked.at(EVAL_T)) == 1  # avg@1, once, at the end
+    assert len(asked.at(TRAIN_T)) == 1  # calibration once, at the end
+    assert [f for f, _ in evals] == [0.0, 0.5, 1.0] and all(r is not None for _, r in evals)
+    assert progress == [(0.5, {"acc": r.accuracy}) for _, r in evals]
