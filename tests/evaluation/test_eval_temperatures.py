@@ -300,7 +300,9 @@ def test_what_each_evaluation_point_runs_and_logs(tok, asked):
     ev.on_eval = lambda f, r: evals.append((f, r))
     trainer.meter.samples = 32
     held = list(task.eval_problems())
-    for step, fraction in ((0, 0.0), (1, 0.5), (2, 1.0)):
+    ev.evaluate(trainer.engine, 0, 0.0)
+    assert ev.tracker.logged == ["eval_samples/arith_start.json"]
+    for step, fraction in ((1, 0.5), (2, 1.0)):
         ev.evaluate(trainer.engine, step, fraction)
     assert ev.tracker.logged == [
         "eval_samples/arith_start.json",  # nothing at 0.5
