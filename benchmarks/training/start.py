@@ -89,6 +89,22 @@ class StartRecipe:
             identity["threads"] = threads
         return identity
 
+    def policy_key(self, seed: int) -> str:
+        """The cache key of the policy's warm start for start seed ``seed``: the folder
+        ``<cache_dir>/warmstart/<key>`` that :func:`policy_start` reads or writes."""
+        from benchmarks.training.warmstart import cache_key
+
+        return cache_key(
+            identity=self._policy_identity(),
+            cfg=self.identity(),
+            seed=seed,
+            precision=self.precision,
+        )
+
+    def _policy_identity(self) -> dict[str, Any]:
+        """What the policy's start is trained on and as: the task and model nodes."""
+        return {"task": self.task_node, "model": self.model_node}
+
 
 def _fresh(spec: ModelSpec, seed: int, tokenizer: PreTrainedTokenizerBase) -> torch.nn.Module:
     """A randomly initialised tiny Llama of ``spec``, seeded with ``seed``."""
@@ -142,7 +158,7 @@ def policy_start(
     assert isinstance(task, CharTask)
     prompts = int(recipe.warmstart.get("difficulty_prompts", 0) or 0)
     samples = int(recipe.warmstart.get("difficulty_samples", 0) or 0)
-    identity = {"task": recipe.task_node, "model": recipe.model_node}
+    identity = recipe._policy_identity()
     with torch_threads(recipe.threads):
         model, info = _warm_started(
             recipe, spec, seed, task, tokenizer, identity=identity, threads=recipe.threads

@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "WARMSTART_VERSION",
+    "cache_key",
     "config_hash",
     "longest_chain",
     "parse_phases",
@@ -359,6 +360,20 @@ def _chain_phase(
     return cap, None, acc
 
 
+def cache_key(
+    *, identity: Mapping[str, Any], cfg: Mapping[str, Any], seed: int, precision: str = "fp32"
+) -> str:
+    """The cache key of the warm start :func:`warm_start` trains for these arguments (its folder
+    is ``<cache_dir>/warmstart/<key>``): a hash of the identity, the warm-start settings, the
+    seed and the precision. The target's settings are named only when set, and the precision
+    only when it is not fp32, so every fixed-step fp32 start keeps its key."""
+    ws = {k: v for k, v in cfg.items() if v or k not in ("target", *_TARGET_EXTRAS)}
+    parts: dict[str, Any] = {"identity": identity, "warmstart": ws, "seed": seed}
+    if precision != "fp32":
+        parts["precision"] = precision
+    return config_hash(parts)
+
+
 def warm_start(
     *,
     task: CharTask,
@@ -378,12 +393,7 @@ def warm_start(
     is named in the key only when it is not fp32, so every fp32 start keeps its key."""
     from transformers import AutoModelForCausalLM
 
-    # The target's settings are named only when set: every fixed-step start keeps its key.
-    ws = {k: v for k, v in cfg.items() if v or k not in ("target", *_TARGET_EXTRAS)}
-    parts: dict[str, Any] = {"identity": identity, "warmstart": ws, "seed": seed}
-    if precision != "fp32":
-        parts["precision"] = precision
-    key = config_hash(parts)
+    key = cache_key(identity=identity, cfg=cfg, seed=seed, precision=precision)
     path = Path(cache_dir).expanduser() / "warmstart" / key
     meta = path / "warmstart.json"
     if meta.exists():

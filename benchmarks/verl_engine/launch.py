@@ -206,6 +206,7 @@ def run_verl_suite(plan: SuitePlan) -> int:
                     prompts_per_step=int(p.values["data.train_batch_size"]),
                     samples_per_prompt=int(p.values["actor_rollout_ref.rollout.n"]),
                     total_steps=_total_steps(p),
+                    greedy_baseline=p.values.get("algorithm.adv_estimator") == "remax",
                 )
             except Exception as e:  # a run without metrics (it crashed early) still ends
                 log.warning("%s: mapping verl metrics failed: %s", p.run_name, e)

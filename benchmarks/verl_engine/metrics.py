@@ -10,12 +10,14 @@ shows both. The mapping itself, :func:`map_history`, is a pure function.
 Counters are cumulative, as the native meter's, and reconstructed from per-step values:
 
 * ``compute/prompts``: prompts per step (``data.train_batch_size``) times steps;
-* ``compute/rollout_samples``: prompts x n per step, plus DAPO's discarded samples
-  (``training/filter_groups/evicted_samples``) when verl reports them;
-* ``compute/rollout_tokens``: ``response_length/mean`` x samples of the step (the trained
-  batch; DAPO's discarded responses are not in verl's mean, so DAPO's tokens are a lower bound);
+* ``compute/rollout_samples``: every sample generated, as the native meter counts them:
+  prompts x n per step, ReMax's greedy baseline (one more per prompt), plus DAPO's discarded
+  samples (``training/filter_groups/evicted_samples``) when verl reports them;
+* ``compute/rollout_tokens``: ``response_length/mean`` x the trained samples of the step (the
+  trained batch; DAPO's discarded responses and ReMax's greedy ones are not in verl's mean, so
+  their tokens are a lower bound);
 * ``compute/wall_s``: sum of ``perf/time_per_step`` (``timing_s/step``);
-* ``memory/peak_bytes``: running maximum of any ``.../perf/max_memory_allocated_gb``.
+* ``memory/rss_peak_bytes``: running maximum of any ``.../perf/max_memory_allocated_gb``.
 
 Not mapped: ``compute/flops`` (verl reports MFU, not FLOPs). Evaluation: ``eval/<dataset>/accuracy``
 is verl's ``mean@k`` at the largest k it logs (greedy accuracy with the default ``engine.val_n=1``;
@@ -67,11 +69,13 @@ def map_history(
     prompts_per_step: int,
     samples_per_prompt: int,
     total_steps: int,
+    greedy_baseline: bool = False,
     native_present: Sequence[str] = (),
 ) -> dict[str, list[tuple[int, float]]]:
     """Map a verl run's metric histories (``{name: [(step, value), ...]}``) onto the suite's
-    schema (see the module docstring). Names in ``native_present`` (already logged by the run,
-    e.g. SPPO's own ``critic/*`` from the plugin) are not overwritten."""
+    schema (see the module docstring). ``greedy_baseline``: each step also decoded one greedy
+    response per prompt (ReMax). Names in ``native_present`` (already logged by the run, e.g.
+    SPPO's own ``critic/*`` from the plugin) are not overwritten."""
     out: dict[str, list[tuple[int, float]]] = {}
     for native, verl_names in DIRECT.items():
         if native in native_present:
@@ -92,6 +96,7 @@ def map_history(
             for s, v in points:
                 peaks[int(s)] = max(peaks.get(int(s), 0.0), float(v) * 2**30)
     samples_per_step = prompts_per_step * samples_per_prompt
+    generated_per_step = samples_per_step + (prompts_per_step if greedy_baseline else 0)
     counters = {
         M.COMPUTE_PROMPTS: [(0, 0.0)],
         M.COMPUTE_ROLLOUT_SAMPLES: [(0, 0.0)],
@@ -102,7 +107,7 @@ def map_history(
     prompts = samples = tokens = wall = peak = 0.0
     for s in (s for s in train_steps if s > 0):
         prompts += prompts_per_step
-        samples += samples_per_step + evicted.get(s, 0.0)
+        samples += generated_per_step + evicted.get(s, 0.0)
         tokens += length.get(s, 0.0) * samples_per_step
         wall += step_time.get(s, 0.0)
         peak = max(peak, peaks.get(s, 0.0))
@@ -143,8 +148,10 @@ def map_verl_run(
     prompts_per_step: int,
     samples_per_prompt: int,
     total_steps: int,
+    greedy_baseline: bool = False,
 ) -> dict[str, list[tuple[int, float]]]:
-    """Read a finished verl run's histories, log the mapped metrics into it, return them."""
+    """Read a finished verl run's histories, log the mapped metrics into it, return them
+    (``greedy_baseline`` as in :func:`map_history`)."""
     import time
 
     from mlflow.entities import Metric
@@ -159,6 +166,7 @@ def map_verl_run(
         prompts_per_step=prompts_per_step,
         samples_per_prompt=samples_per_prompt,
         total_steps=total_steps,
+        greedy_baseline=greedy_baseline,
         native_present=list(history),
     )
     ts = int(time.time() * 1000)

@@ -332,6 +332,16 @@ def _check_wrappable(name: str, alg: Algorithm) -> None:
 
 
 def _budget_steps(plan: SuitePlan, samples_per_step: int) -> int:
+    """verl's step count for the suite's budget: ``engine.total_training_steps`` when set, else
+    the whole steps a ``samples`` budget pays for, ``floor(limit / samples_per_step)``.
+
+    verl trains whole steps of ``samples_per_step`` samples, so where the limit is not a multiple
+    of the step the run stops short of it, as the native trainer does (it starts no step that
+    would not fit): the samples a run is planned to generate never exceed its budget. A budget
+    below one step is refused before launch. ``samples_per_step`` counts every sample a step
+    generates (ReMax's greedy baseline included); DAPO's refills are not known beforehand and
+    are charged afterwards (:mod:`benchmarks.verl_engine.metrics`).
+    """
     eng = plan.engine
     if eng.get("total_training_steps") is not None:
         return int(eng["total_training_steps"])
@@ -340,7 +350,14 @@ def _budget_steps(plan: SuitePlan, samples_per_step: int) -> int:
             f"budget.kind={plan.budget.kind}: verl stops on a step count; set "
             "engine.total_training_steps, or use budget=samples (steps = limit / samples per step)"
         )
-    return max(1, math.ceil(float(plan.budget.limit) / samples_per_step))
+    steps = int(float(plan.budget.limit) // samples_per_step)
+    if steps < 1:
+        raise ConfigError(
+            f"budget.limit={plan.budget.limit:g} is less than one verl step ({samples_per_step} "
+            "samples); raise budget.limit or lower trainer.samples_per_step "
+            "(engine.train_batch_size)"
+        )
+    return steps
 
 
 def _test_freq(fractions: Sequence[float], steps: int) -> int:
@@ -399,7 +416,8 @@ def translate(
         raise ConfigError(
             f"engine.ppo_mini_batch_size={mini} must divide the prompts per step ({prompts})"
         )
-    steps = _budget_steps(plan, prompts * n)
+    # ReMax also decodes one greedy baseline response per prompt, charged like the samples.
+    steps = _budget_steps(plan, prompts * (n + int(alg.needs_greedy_baseline)))
     model = plan.model.name_or_path
     if model is None:
         raise ConfigError(

@@ -65,3 +65,48 @@ def test_the_last_step_evaluates_as_the_budgets_end(evaluator, caplog):
     assert "eval fractions [0.5] were not reached" in caplog.text
     assert evaluator.index == 4
     assert evaluator.maybe_eval(None, 2) == {}  # every fraction is behind
+
+
+def test_the_first_evaluation_is_the_start_whatever_the_meter_says(evaluator):
+    evaluator.meter.samples = 30  # past 0.25 already
+    evaluator.maybe_eval(None, 0, force_first=True)
+    assert evaluator.asked == [(0, 0.0)] and evaluator.index == 1
+
+
+def test_what_the_evaluator_warns_of_word_for_word(evaluator, caplog):
+    """A budget that ends before its last fractions, and a step that crosses several, are each
+    said once, naming the run, the fractions and the step; a step that crosses one says
+    nothing."""
+    with caplog.at_level(logging.WARNING, logger="benchmarks.evaluation.trainer_evals"):
+        evaluator.maybe_eval(None, 0, force_first=True)
+        evaluator.meter.samples = 30
+        evaluator.maybe_eval(None, 1)
+        assert caplog.messages == []
+        evaluator.meter.samples = 40
+        evaluator.maybe_eval(None, 2, last=True)
+    assert caplog.messages == [
+        "grpo: the budget ended at 0.400 of its limit (the next step would not fit); "
+        "eval fractions [0.5] were not reached",
+    ]
+    assert evaluator.asked == [(0, 0.0), (1, 0.25), (2, 1.0)]
+
+
+def test_several_fractions_crossed_at_once_are_said_once(evaluator, caplog):
+    evaluator.maybe_eval(None, 0, force_first=True)
+    evaluator.meter.samples = 100
+    with caplog.at_level(logging.WARNING, logger="benchmarks.evaluation.trainer_evals"):
+        evaluator.maybe_eval(None, 3)
+    assert caplog.messages == [
+        "step 3 crossed eval fractions [0.25, 0.5, 1.0] at once; evaluating once, as 1.0"
+    ]
+    assert evaluator.asked == [(0, 0.0), (3, 1.0)]
+
+
+def test_a_last_step_that_reaches_the_end_is_evaluated_once_and_silently(evaluator, caplog):
+    evaluator.meter.samples = 60
+    evaluator.maybe_eval(None, 1)  # 0.0, 0.25 and 0.5 at once
+    caplog.clear()
+    evaluator.meter.samples = 100
+    with caplog.at_level(logging.WARNING, logger="benchmarks.evaluation.trainer_evals"):
+        evaluator.maybe_eval(None, 2, last=True)
+    assert caplog.messages == [] and evaluator.asked == [(1, 0.5), (2, 1.0)]

@@ -15,8 +15,11 @@ from benchmarks.tasks.reasoning_gym import ReasoningGymTask
 CHAIN = dict(min_terms=2, max_terms=5, min_digits=1, max_digits=2)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def chain_sum():
+    """Built per test (half a second): a task built once per module would be built inside
+    whichever test ran first, and mutation testing (docs/mutation.md) would credit only that
+    test with reaching the building code."""
     task = ReasoningGymTask(
         dataset="chain_sum", config=CHAIN, train_size=600, eval_size=120, group_by="num_terms"
     )
@@ -35,6 +38,106 @@ def test_splits_are_disjoint_and_keep_the_datasets_question_text(chain_sum):
         e["question"] for e in reasoning_gym.create_dataset("chain_sum", size=600, seed=0, **CHAIN)
     }
     assert train == own
+
+
+def test_train_and_held_out_items_are_disjoint_and_train_items_grade_as_their_own(chain_sum):
+    """Disjoint by id and by content, and each train item is graded against its own entry:
+    every train item's worked solution and bare answer score 1 (a held-out entry under a
+    shared id would grade them against another question's answer)."""
+    train, held = list(chain_sum.train_problems()), list(chain_sum.eval_problems())
+    ids = [p.id for p in train + held]
+    assert len(set(ids)) == len(ids)
+    assert {p.prompt for p in train}.isdisjoint(p.prompt for p in held)
+    assert chain_sum.grade([p.solution for p in train], train).scores == [1.0] * len(train)
+    assert chain_sum.grade([f"#{p.answer}" for p in train], train).scores == [1.0] * len(train)
+    assert {p.grader for p in train + held} == {"reasoning_gym"}
+
+
+def test_the_held_out_items_are_the_far_seeds_items_not_trained_on():
+    """Generated from the run's seed plus 1_000_000_007 (a dataset derives item i from seed + i,
+    so the two sets are generated apart), the same for every build, minus training questions."""
+    import reasoning_gym
+
+    task = ReasoningGymTask(dataset="chain_sum", config=CHAIN, train_size=300, eval_size=60, seed=3)
+    try:
+        train = {
+            e["question"]
+            for e in reasoning_gym.create_dataset("chain_sum", size=300, seed=3, **CHAIN)
+        }
+        far = reasoning_gym.create_dataset("chain_sum", size=60, seed=3 + 1_000_000_007, **CHAIN)
+        expected = [e["question"] for e in far if e["question"] not in train]
+        assert [p.prompt for p in task.eval_problems()] == expected
+        assert [p.id for p in task.eval_problems()] == [
+            f"chain_sum/test/{i}" for i in range(len(expected))
+        ]
+        assert [p.prompt for p in task.train_problems()][:5] == [
+            e["question"]
+            for e in list(reasoning_gym.create_dataset("chain_sum", size=5, seed=3, **CHAIN))
+        ]
+    finally:
+        task.close()
+
+
+def test_one_item_each_is_enough_and_none_is_refused():
+    task = ReasoningGymTask(
+        dataset="chain_sum",
+        config=CHAIN,
+        train_size=1,
+        eval_size=1,
+        grader_timeout_s=7.5,
+        grader_workers=2,
+    )
+    try:
+        assert len(task.train_problems()) == 1 and len(task.eval_problems()) <= 1
+        assert (task.grader.timeout_s, task.grader.workers) == (7.5, 2)  # the sandbox's settings
+    finally:
+        task.close()
+    for sizes in (dict(train_size=0, eval_size=1), dict(train_size=1, eval_size=0)):
+        message = (
+            f"task.train_size={sizes['train_size']} and task.eval_size={sizes['eval_size']} "
+            "must be >= 1"
+        )
+        with pytest.raises(ValueError) as e:
+            ReasoningGymTask(dataset="chain_sum", config=CHAIN, **sizes)
+        assert str(e.value) == message
+
+
+def test_worked_steps_by_hand():
+    from benchmarks.tasks.reasoning_gym import _running
+
+    assert _running("12 + 3 - 4") == "12+3=15;15-4=11;#11"
+    assert _running("2*3*4") == "2*3=6;6*4=24;#24"
+    assert _running("12 + 3 -") is None  # an operator without its term
+    assert _running("12 / 3") is None and _running("a + 1") is None
+
+
+def test_group_names_sort_by_their_number():
+    from benchmarks.tasks.reasoning_gym import _natural
+
+    keys = ["x_t10", "x_t9", "y", "x_t", "x_t0", "x_t2"]
+    assert sorted(keys, key=_natural) == ["x_t", "x_t0", "x_t2", "x_t9", "x_t10", "y"]
+    task = ReasoningGymTask(
+        dataset="chain_sum",
+        config={**CHAIN, "min_terms": 8, "max_terms": 11},
+        train_size=20,
+        eval_size=60,
+        group_by="num_terms",
+    )
+    try:
+        assert list(task.eval_groups()) == [f"chain_sum_num_terms{n}" for n in range(8, 12)]
+    finally:
+        task.close()
+
+
+def test_an_unknown_group_field_names_the_fields_there_are():
+    import reasoning_gym
+
+    (entry,) = reasoning_gym.create_dataset("chain_sum", size=1, seed=1_000_000_007, **CHAIN)
+    fields = sorted(k for k in entry["metadata"] if k != "difficulty")
+    assert "difficulty" in entry["metadata"] and fields
+    with pytest.raises(ValueError) as e:
+        ReasoningGymTask(dataset="chain_sum", config=CHAIN, train_size=5, eval_size=5, group_by="x")
+    assert str(e.value) == f"task.group_by='x' is not in chain_sum's metadata: {fields}"
 
 
 def test_worked_solutions_score_one_and_other_answers_zero(chain_sum):

@@ -36,6 +36,55 @@ def _translate(plan, name):
     )
 
 
+def _planned(name: str, limit: int) -> tuple[int, int]:
+    """(verl steps, samples generated per step) of ``name`` at a ``samples`` budget of
+    ``limit`` and 80 samples per step."""
+    _, plan = _suite(
+        "task=arith", f"algorithm=[{name}]", "trainer.samples_per_step=80", f"budget.limit={limit}"
+    )
+    assert plan.budget.kind == "samples"
+    v = _translate(plan, name).values
+    prompts = v["data.train_batch_size"]
+    greedy = prompts if v.get("algorithm.adv_estimator") == "remax" else 0
+    return v["trainer.total_training_steps"], prompts * v["actor_rollout_ref.rollout.n"] + greedy
+
+
+@pytest.mark.parametrize(
+    ("name", "limit", "steps"),
+    [
+        ("grpo", 800, 10),  # an exact multiple of the step: the whole budget
+        ("grpo", 879, 10),  # 79 samples short of an 11th step: stops short, as the native trainer
+        ("grpo", 80, 1),
+        # ReMax: 80 prompts with one sampled and one greedy response each, 160 samples a step
+        ("remax", 800, 5),
+        ("remax", 959, 5),  # 800 of 959: a 6th step would spend 960
+    ],
+)
+def test_a_verl_run_never_spends_more_than_its_budget(name, limit, steps):
+    planned, per_step = _planned(name, limit)
+    assert planned == steps
+    assert steps * per_step <= limit < (steps + 1) * per_step
+
+
+def test_every_budget_gets_the_most_whole_steps_it_pays_for():
+    """For every limit from one step to four: the steps fit the budget and one more would not."""
+    import dataclasses
+
+    _, plan = _suite("task=arith", "algorithm=[grpo]", "trainer.samples_per_step=80")
+    for limit in range(80, 330, 7):
+        budget = dataclasses.replace(plan.budget, limit=float(limit))
+        v = _translate(dataclasses.replace(plan, budget=budget), "grpo").values
+        steps = v["trainer.total_training_steps"]
+        assert steps * 80 <= limit < (steps + 1) * 80, limit
+
+
+def test_a_budget_below_one_verl_step_is_refused_before_launch():
+    from algorithms import ConfigError
+
+    with pytest.raises(ConfigError, match=r"budget\.limit=79 is less than one verl step \(80"):
+        _planned("grpo", 79)
+
+
 @pytest.mark.parametrize(
     ("overrides", "name", "message"),
     [
