@@ -82,11 +82,21 @@ class TrialFailed(RuntimeError):
 
 def make_storage(url: str) -> Any:
     """An Optuna storage for ``url``: an RDB URL (``sqlite:///optuna.db``, ``postgresql://``),
-    or a file path (optionally ``journal:<path>``) for JournalStorage."""
+    or a file path (optionally ``journal:<path>``) for JournalStorage. A database server is
+    probed first, so one that does not answer fails in seconds naming ``--storage``
+    (:class:`SpecError`), and ``postgresql://`` takes the driver installed here."""
     import optuna
+
+    from benchmarks.telemetry.store import PreflightError, check_database, database_uri
 
     if "://" in url:
         kwargs: dict[str, Any] | None = None
+        url = database_uri(url)
+        if not url.startswith("sqlite:"):
+            try:
+                check_database("--storage", url)
+            except PreflightError as e:
+                raise SpecError(str(e)) from e
         if url.startswith("sqlite:///"):
             Path(url[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
             # Several workers write to one file: wait for the lock instead of failing at once.
@@ -523,7 +533,7 @@ def _prepare(
     :class:`SpecError` without leaving a storage, a study or an MLflow run behind.
     """
     from benchmarks.config import compose_config
-    from benchmarks.telemetry.store import PreflightError, check_tracking_uri
+    from benchmarks.telemetry.store import PreflightError, check_tracking_uri, database_uri
     from benchmarks.telemetry.tracking import default_tracking_uri
 
     if extra_overrides:
@@ -541,7 +551,7 @@ def _prepare(
         base_cfg = compose_config([*base, *spec.budget, f"algorithm=[{spec.algorithms[0]}]"])
     except Exception as e:
         raise SpecError(f"base_overrides: {str(e).splitlines()[0] if str(e) else e}") from e
-    uri = tracking_uri or base_cfg.tracking.uri or default_tracking_uri()
+    uri = database_uri(tracking_uri or base_cfg.tracking.uri or default_tracking_uri())
     experiment = (
         str(base_cfg.tracking.experiment)
         if _given(base, "tracking.experiment")
@@ -748,17 +758,64 @@ def _prewarm(cfg: Any) -> None:
         log.warning("could not build the warm start before the workers start (%s); they will", e)
 
 
-def _run_tasks(
-    ctx: _Context, tasks: Sequence[tuple[str, str | None]], seeds: Sequence[int], plan: _Plan
+def _ray_trial(ctx: _Context, study_name: str, algorithm: str | None, seed: int) -> dict:
+    """:func:`_run_trial` as a Ray task (its worker process configures its own logging)."""
+    _init_worker(ctx.log_level)
+    return _run_trial(ctx, study_name, algorithm, seed)
+
+
+def _run_on_ray(
+    ctx: _Context,
+    tasks: Sequence[tuple[str, str | None]],
+    seeds: Sequence[int],
+    plan: _Plan,
+    address: str,
 ) -> int:
-    """Run every task, in-process (one worker) or in a pool of spawned workers; returns how many
-    ran.
+    """Every task as a Ray task of the cluster at ``address``, ``plan.workers`` in flight, each
+    with the trials' ``threads`` CPUs; returns how many ran. A task is not retried when its
+    node dies: Optuna would count a second trial; the first stays RUNNING until a
+    ``--resume`` marks it FAIL."""
+    import ray
+
+    from benchmarks.suite.cluster import connected
+
+    threads = int(next(iter(plan.configs.values())).threads)
+    queue = list(zip(tasks, seeds, strict=True))
+    ran = 0
+    with connected(address, key="--ray-address"):
+        trial = ray.remote(_ray_trial).options(num_cpus=threads, max_retries=0)
+        pending: list[Any] = []
+        while queue or pending:
+            while queue and len(pending) < plan.workers:
+                (s, a), seed = queue.pop(0)
+                pending.append(trial.remote(ctx, s, a, seed))
+            done, pending = ray.wait(pending, num_returns=1)
+            try:
+                ray.get(done[0])
+                ran += 1
+            except ray.exceptions.RayError as e:  # the task's worker or node died
+                log.error("a sweep task failed: %s", str(e).splitlines()[0] if str(e) else e)
+    return ran
+
+
+def _run_tasks(
+    ctx: _Context,
+    tasks: Sequence[tuple[str, str | None]],
+    seeds: Sequence[int],
+    plan: _Plan,
+    ray_address: str | None = None,
+) -> int:
+    """Run every task, in-process (one worker), in a pool of spawned workers, or as Ray tasks
+    (``ray_address``); returns how many ran.
 
     Spawned, not forked: a worker starts clean of the main process's torch threads, SQLite
     connections and MLflow client. A trial's own errors are caught inside it (the trial ends
     FAIL); a worker that dies is logged and the other tasks go on.
     """
     ran = 0
+    if ray_address is not None and tasks:
+        _prewarm(next(iter(plan.configs.values())))  # this node's cache; others build their own
+        return _run_on_ray(ctx, tasks, seeds, plan, ray_address)
     if plan.workers > 1 and len(tasks) > 1:
         _prewarm(next(iter(plan.configs.values())))
         with ProcessPoolExecutor(
@@ -829,15 +886,26 @@ def run_sweep(
     study_name: str | None = None,
     tracking_uri: str | None = None,
     extra_overrides: Sequence[str] = (),
+    ray_address: str | None = None,
 ) -> SweepResult:
     """Run (or resume) a sweep until its studies hold ``trials`` trials in all.
 
     Everything that can be wrong with the spec raises :class:`SpecError` before a storage, a
     study or an MLflow run is created. ``workers`` > 1 runs trials in that many spawned
-    processes sharing the storage and the MLflow experiment. The parent run ends FINISHED,
-    KILLED (interrupted) or FAILED.
+    processes sharing the storage and the MLflow experiment; with ``ray_address`` (``auto`` or
+    ``<host>:<port>``) they are ``workers`` tasks at a time of that Ray cluster instead. The
+    parent run ends FINISHED, KILLED (interrupted) or FAILED.
     """
     import mlflow  # noqa: F401  (fail early if tracking is not installed)
+
+    if ray_address is not None:
+        from benchmarks.suite.cluster import check_ray_address
+        from benchmarks.telemetry.store import PreflightError
+
+        try:
+            check_ray_address(ray_address, key="--ray-address")
+        except PreflightError as e:
+            raise SpecError(str(e)) from e
 
     t0 = time.perf_counter()
     plan = _prepare(
@@ -888,7 +956,7 @@ def run_sweep(
             parent_id,
         )
         seeds = [spec.seed + existing + i for i in range(len(tasks))]
-        result.trials_run = _run_tasks(ctx, tasks, seeds, plan)
+        result.trials_run = _run_tasks(ctx, tasks, seeds, plan, ray_address)
         _write_summary(result, spec, opened, client, t0)
         status = "FINISHED"
     except KeyboardInterrupt:
