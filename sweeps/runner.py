@@ -17,8 +17,10 @@ Choices worth knowing:
   missing; each missing trial is one task for the worker pool (``study.optimize(n_trials=1)``),
   so W workers never overshoot. ``--trials N`` counts every trial of the study whatever its
   state (COMPLETE, PRUNED, FAIL); ``--resume`` marks trials left RUNNING by an interrupted sweep
-  FAIL (user attr ``error``) and runs the rest. Do not resume a study another sweep process is
-  still running.
+  FAIL (user attr ``error``) and runs the rest. Several ``--resume`` processes (on several
+  machines) may share one RDB storage: a running trial records a heartbeat, a trial with a fresh
+  one is left to its process, and a task that finds its study full runs nothing (two processes
+  that check the last free slot at the same instant may still run one trial too many).
 - Reports: the evaluation at budget fraction 0 is not reported. It is the shared warm start, the
   same for every trial, and Optuna's median pruner compares a trial's best value so far: with
   it, a run that collapses from the start would still look as good as the start.
@@ -39,6 +41,7 @@ import math
 import multiprocessing as mp
 import os
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field, replace
@@ -73,6 +76,14 @@ _ATTR_PARENT = "mlflow_parent_run_id"
 _ATTR_ERROR = "error"
 
 
+#: A running trial's process records a heartbeat in an RDB storage this often (seconds); a
+#: RUNNING trial whose last one is older than the grace period belongs to a dead process. Other
+#: sweep processes sharing the storage (``--resume`` on several machines) leave a trial with a
+#: fresh heartbeat alone.
+HEARTBEAT_S = 10
+HEARTBEAT_GRACE_S = 60
+
+
 class TrialFailed(RuntimeError):
     """The suite recorded the trial's run as FAILED (it catches run errors itself)."""
 
@@ -101,9 +112,17 @@ def make_storage(url: str) -> Any:
             Path(url[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
             # Several workers write to one file: wait for the lock instead of failing at once.
             kwargs = {"connect_args": {"timeout": 60}}
-        return retry_locked(
-            lambda: optuna.storages.RDBStorage(url, engine_kwargs=kwargs), "open storage"
-        )
+        with warnings.catch_warnings():  # heartbeats are "experimental" since Optuna 2.9
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return retry_locked(
+                lambda: optuna.storages.RDBStorage(
+                    url,
+                    engine_kwargs=kwargs,
+                    heartbeat_interval=HEARTBEAT_S,
+                    grace_period=HEARTBEAT_GRACE_S,
+                ),
+                "open storage",
+            )
     from optuna.storages.journal import JournalFileBackend
 
     path = Path(url.removeprefix("journal:"))
@@ -315,6 +334,13 @@ def _run_trial(ctx: _Context, study_name: str, algorithm: str | None, seed: int)
         ),
         "load study",
     )
+    target = ctx.spec.trials // len(ctx.spec.studies)
+    held = sum(t.state.name != "WAITING" for t in _study_trials(study))
+    if held >= target:  # another sweep process sharing the storage filled it meanwhile
+        log.info(
+            "%s holds %d trials (of %d) already: this task runs none", study_name, held, target
+        )
+        return {"study": study_name, "number": None, "state": "SKIPPED", "value": None}
     finished: list[Any] = []
     study.optimize(
         _Objective(ctx, study_name, algorithm),
@@ -688,6 +714,23 @@ def _study_trials(study: Any) -> list[Any]:
     return study.get_trials(deepcopy=False)
 
 
+def _live_trials(storage: Any, study: Any) -> set[int]:
+    """Ids of the study's RUNNING trials whose heartbeat is fresh: another sweep process is
+    running them. Empty for a storage without heartbeats (JournalStorage): there, every RUNNING
+    trial counts as interrupted. Read from Optuna's heartbeat table, which its public API only
+    exposes as the stale trials."""
+    import optuna
+    import sqlalchemy
+    from optuna.storages._rdb import models
+
+    if not isinstance(storage, optuna.storages.RDBStorage) or storage.heartbeat_interval is None:
+        return set()
+    stale = set(storage._get_stale_trial_ids(study._study_id))
+    with storage.engine.connect() as conn:
+        beating = set(conn.scalars(sqlalchemy.select(models.TrialHeartbeatModel.trial_id)))
+    return beating - stale
+
+
 def _pending_tasks(
     spec: SweepSpec, opened: _Studies, callback: MlflowTrialCallback
 ) -> tuple[list[tuple[str, str | None]], int]:
@@ -695,8 +738,11 @@ def _pending_tasks(
     trials the studies already hold.
 
     Counting here, in the main process, is what makes trial counts exact: each task is one
-    ``study.optimize(n_trials=1)``, so W workers never overshoot. A trial an interrupted sweep
-    left RUNNING is marked FAIL first (it would otherwise count as done, and never finish).
+    ``study.optimize(n_trials=1)``, so W workers never overshoot (and a task finds the study
+    full, and runs nothing, when another sweep process sharing the storage filled it). A trial
+    an interrupted sweep left RUNNING is marked FAIL first (it would otherwise count as done,
+    and never finish); one whose heartbeat is fresh runs in another live sweep process and is
+    counted as it is.
     Tasks go round-robin over the studies, so an interrupted equal-effort sweep leaves the
     algorithms with about the same number of trials.
     """
@@ -707,8 +753,9 @@ def _pending_tasks(
     per_study: dict[str, list[tuple[str, str | None]]] = {}
     existing = 0
     for sname, (study, alg) in opened.studies.items():
+        live = _live_trials(opt_storage, study)
         for t in _study_trials(study):
-            if t.state.name == "RUNNING":
+            if t.state.name == "RUNNING" and t._trial_id not in live:
                 why = "interrupted: left RUNNING by an earlier sweep process"
                 opt_storage.set_trial_user_attr(t._trial_id, _ATTR_ERROR, why)
                 study.tell(t.number, state=optuna.trial.TrialState.FAIL)

@@ -5,6 +5,8 @@ trials as Ray tasks, and several ``--resume`` processes sharing one storage."""
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from mlflow.tracking import MlflowClient
 from benchmarks.telemetry import metrics as M
 from sweeps import TAG_STUDY, TAG_TRIAL, parse_spec, run_sweep
 from sweeps.cli import main as sweep_main
+from testkit.paths import REPO
 from testkit.services import create_database, free_port, postgres_server, ray_cluster
 from testkit.suites import MICRO
 
@@ -139,3 +142,48 @@ def test_a_sweep_on_ray_with_two_workers_on_postgresql(pg, cluster, tmp_path, ca
     parent = client.get_run(result.parent_run_id)
     assert parent.info.status == "FINISHED"
     assert [b.complete for b in result.best] == [4]
+
+
+@pytest.mark.slow  # two sweep processes of micro trials: ~1 min on 2 cores
+def test_several_resume_processes_share_one_postgresql_storage(pg, tmp_path):
+    """A sweep runs one trial; then two ``sweep --resume --trials 5`` processes start at once
+    against the same PostgreSQL storage (as on two machines). Neither marks the other's running
+    trials FAIL, a process whose study is full runs nothing more, and the study ends with the
+    five trials asked for (a sixth only if both took the last slot at the same instant), every
+    one COMPLETE with its child run's final accuracy as its value."""
+    import yaml
+
+    storage, tracking = create_database(pg, "optuna_res"), create_database(pg, "mlflow_res")
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump(_spec(tmp_path, tmp_path / "cache", 1)))
+    args = [str(spec), "--storage", storage, "--tracking-uri", tracking, "--study-name", "share"]
+    assert sweep_main([*args, "--trials", "1"]) == 0
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", SWEEP, *args, "--trials", "5", "--resume"],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    logs = []
+    try:
+        for p in procs:
+            logs.append(p.communicate(timeout=400)[0])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(logs)
+    trials = optuna.load_study(study_name="share", storage=storage).trials
+    assert len(trials) in (5, 6), [t.state.name for t in trials]
+    assert _complete_values_are_final_accuracies(storage, tracking, "share") == len(trials)
+    assert not any("marked FAIL" in text for text in logs), logs
+    for text in logs:  # what each process found to do (shown with -s)
+        print(next((line for line in text.splitlines() if "trials to run" in line), text[-500:]))
+
+
+#: ``sppo-bench sweep`` in a fresh process, importing this checkout.
+SWEEP = "import sys; from sweeps.cli import main; sys.exit(main(sys.argv[1:]))"
