@@ -254,9 +254,10 @@ def _drain(q: Any, bar: Any, bar_ids: dict[str, Any]) -> None:
     while True:
         try:
             if hasattr(q, "get_nowait_batch"):
-                items = q.get_nowait_batch(q.size()) if q.size() else []
-                if not items:
+                n = q.size()
+                if not n:
                     return
+                items = q.get_nowait_batch(n)
             else:
                 items = [q.get_nowait()]
         except queue_mod.Empty:
@@ -268,6 +269,8 @@ def _drain(q: Any, bar: Any, bar_ids: dict[str, Any]) -> None:
 def _render(item: Any, bar: Any, bar_ids: dict[str, Any]) -> None:
     if isinstance(item, logging.LogRecord):
         logging.getLogger(item.name).handle(item)
+    elif item[0] == "add" and item[1] in bar_ids:  # a Ray task run again: its bar starts over
+        bar.update(bar_ids[item[1]], completed=0.0, **item[2])
     elif item[0] == "add":
         bar_ids[item[1]] = bar.add_task(item[1], **item[2])
     elif item[1] in bar_ids:

@@ -179,7 +179,7 @@ def _checkpoints(out: Path) -> list[Path]:
     return sorted(out.glob("checkpoints/*/*/checkpoint.pt"))
 
 
-@pytest.mark.slow  # its own 3-node cluster, a node removed mid-run: ~1.5-2 min on 2 cores
+@pytest.mark.slow  # its own cluster of a head and 2 nodes in turn, a node removed mid-run: ~1.5-2 min on 2 cores
 def test_a_node_removed_while_its_runs_train(micro_suite, tmp_path):
     """Every run first trains on one worker node (the head has no CPU for tasks). Once a run
     has saved a checkpoint, a second worker node joins and the first is removed with its
@@ -187,19 +187,8 @@ def test_a_node_removed_while_its_runs_train(micro_suite, tmp_path):
     from its lineage), the interrupted run continues its own MLflow run from the checkpoint
     (``output_dir`` is shared here), and the suite ends with every run once, FINISHED, and
     every metric history equal to the one-process suite's: no point lost, none twice."""
-    from ray.cluster_utils import Cluster
-
     serial, _ = micro_suite
-    os.chdir(REPO)
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={
-            "num_cpus": 0,
-            "include_dashboard": False,
-            "_system_config": FAST_FAILURE_DETECTION,
-        },
-    )
-    try:
+    with ray_cluster(nodes=1, cpus=0, _system_config=FAST_FAILURE_DETECTION) as cluster:
         doomed = cluster.add_node(num_cpus=1)
         cluster.wait_for_nodes()
         uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -245,8 +234,6 @@ def test_a_node_removed_while_its_runs_train(micro_suite, tmp_path):
         assert driver.returncode == 0, log_text
         assert f"STATUSES {['FINISHED'] * len(serial.runs)}" in log_text, log_text
         assert "resumed from" in log_text, log_text  # the killed run continued its checkpoint
-    finally:
-        cluster.shutdown()
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name(serial.experiment)
     parents = client.search_runs([exp.experiment_id], "tags.`sppo_bench.role` = 'suite'")

@@ -33,17 +33,19 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def ray_cluster(nodes: int = 2, cpus: int = 1) -> Iterator[Any]:
+def ray_cluster(nodes: int = 2, cpus: int = 1, **head_args: Any) -> Iterator[Any]:
     """A Ray cluster of ``nodes`` nodes of ``cpus`` CPUs each, all on this machine (the head is
-    the first), without dashboards; shut down after. Its workers import this checkout (the
-    driver's working directory is on their path)."""
+    the first; ``head_args`` are more of its settings), without dashboards; shut down after. Its
+    workers import this checkout: the driver's working directory is on their path, and it is the
+    repository root while the cluster is up."""
     require_module("ray")
     from ray.cluster_utils import Cluster
 
+    cwd = os.getcwd()
     os.chdir(REPO)  # Ray puts the driver's working directory on its workers' sys.path
     cluster = Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": cpus, "include_dashboard": False},
+        head_node_args={"num_cpus": cpus, "include_dashboard": False, **head_args},
     )
     try:
         for _ in range(nodes - 1):
@@ -56,6 +58,7 @@ def ray_cluster(nodes: int = 2, cpus: int = 1) -> Iterator[Any]:
         if ray.is_initialized():
             ray.shutdown()
         cluster.shutdown()
+        os.chdir(cwd)
 
 
 def pg_bin() -> Path | None:
