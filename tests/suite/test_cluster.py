@@ -179,14 +179,15 @@ def _checkpoints(out: Path) -> list[Path]:
     return sorted(out.glob("checkpoints/*/*/checkpoint.pt"))
 
 
-@pytest.mark.slow  # its own cluster of a head and 2 nodes in turn, a node removed mid-run: ~1.5-2 min on 2 cores
+@pytest.mark.slow  # its own cluster, a node removed mid-run: ~1.5 min on 2 loaded cores
 def test_a_node_removed_while_its_runs_train(micro_suite, tmp_path):
-    """Every run first trains on one worker node (the head has no CPU for tasks). Once a run
-    has saved a checkpoint, a second worker node joins and the first is removed with its
-    processes and objects: Ray runs its tasks again on the new node (the warm start is rebuilt
-    from its lineage), the interrupted run continues its own MLflow run from the checkpoint
-    (``output_dir`` is shared here), and the suite ends with every run once, FINISHED, and
-    every metric history equal to the one-process suite's: no point lost, none twice."""
+    """The micro suite's four runs train one after the other on the one worker node (the head
+    has no CPU for tasks). Once a run has saved a checkpoint, a second worker node joins and the
+    first is removed with its processes and objects: Ray runs its tasks again on the new node
+    (the warm start is rebuilt from its lineage), the interrupted run continues its own MLflow
+    run from the checkpoint (``output_dir`` is shared here), and the suite ends with every run
+    once, FINISHED, and every metric history equal to the one-process suite's: no point lost,
+    none twice."""
     serial, _ = micro_suite
     with ray_cluster(nodes=1, cpus=0, _system_config=FAST_FAILURE_DETECTION) as cluster:
         doomed = cluster.add_node(num_cpus=1)
@@ -234,6 +235,9 @@ def test_a_node_removed_while_its_runs_train(micro_suite, tmp_path):
         assert driver.returncode == 0, log_text
         assert f"STATUSES {['FINISHED'] * len(serial.runs)}" in log_text, log_text
         assert "resumed from" in log_text, log_text  # the killed run continued its checkpoint
+        for line in log_text.splitlines():  # what happened (shown with -s)
+            if any(w in line for w in ("warm start", "resumed from", "failed", "died")):
+                print(line[:300])
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name(serial.experiment)
     parents = client.search_runs([exp.experiment_id], "tags.`sppo_bench.role` = 'suite'")
@@ -250,5 +254,6 @@ def test_a_node_removed_while_its_runs_train(micro_suite, tmp_path):
         SimpleNamespace(tracking_uri=uri, experiment=serial.experiment), tmp_path / "killed.json"
     )
     hs = histories(serial, tmp_path / "serial.json")
+    assert sorted(hk) == sorted(hs) and len(hk) == 4
     assert hk == hs
     assert _checkpoints(out) == []  # each FINISHED run removed its checkpoint
