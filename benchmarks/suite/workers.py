@@ -382,6 +382,15 @@ def run_on_ray(
             plan.threads,
             plan.ray_address,
         )
+        hosts = {n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}
+        if len(hosts) > 1 and str(shared["uri"]).startswith("sqlite:"):
+            log.warning(
+                "tracking.uri=%s is a file on this machine, and the cluster has %d machines: runs "
+                "placed elsewhere cannot write it; use postgresql://... or an MLflow server "
+                "(docs/cluster.md)",
+                shared["uri"],
+                len(hosts),
+            )
         pending: dict[Any, tuple[str, int, Any]] = {}
         for start, group in starts.items():  # every warm start at once: the cluster queues them
             model, info = warm.remote(token, plan_ref, level, q, start)

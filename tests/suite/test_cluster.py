@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -179,13 +180,15 @@ def _checkpoints(out: Path) -> list[Path]:
     return sorted(out.glob("checkpoints/*/*/checkpoint.pt"))
 
 
-@pytest.mark.slow  # its own cluster, a node removed mid-run: ~1.5 min on 2 loaded cores
-def test_a_node_removed_while_its_runs_train(micro_suite, tmp_path):
+@pytest.mark.slow  # its own cluster, a node removed mid-run: ~1.5 min each on 2 loaded cores
+@pytest.mark.parametrize("shared", [True, False], ids=["shared_output_dir", "local_output_dir"])
+def test_a_node_removed_while_its_runs_train(micro_suite, tmp_path, shared):
     """The micro suite's four runs train one after the other on the one worker node (the head
-    has no CPU for tasks). Once a run has saved a checkpoint, a second worker node joins and the
-    first is removed with its processes and objects: Ray runs its tasks again on the new node
-    (the warm start is rebuilt from its lineage), the interrupted run continues its own MLflow
-    run from the checkpoint (``output_dir`` is shared here), and the suite ends with every run
+    has no CPU for tasks). Once a run has saved a checkpoint, that node is removed with its
+    processes and objects, and another joins: Ray runs the lost tasks again there (the warm
+    start is rebuilt from its lineage), and the interrupted run continues its own MLflow run,
+    from its checkpoint where ``output_dir`` is shared, from the start where it was the dead
+    node's own (its checkpoints are deleted with it). Either way the suite ends with every run
     once, FINISHED, and every metric history equal to the one-process suite's: no point lost,
     none twice."""
     serial, _ = micro_suite
@@ -226,15 +229,17 @@ def test_a_node_removed_while_its_runs_train(micro_suite, tmp_path):
                 assert time.monotonic() < deadline, "no run saved a checkpoint"
                 time.sleep(0.1)
             assert driver.poll() is None, driver.stdout.read()
-            cluster.add_node(num_cpus=1)
             cluster.remove_node(doomed, allow_graceful=False)
+            if not shared:  # what an output_dir on the dead node's own disk loses with it
+                shutil.rmtree(out / "checkpoints")
+            cluster.add_node(num_cpus=1)
             log_text, _ = driver.communicate(timeout=400)
         finally:
             if driver.poll() is None:
                 driver.kill()
         assert driver.returncode == 0, log_text
         assert f"STATUSES {['FINISHED'] * len(serial.runs)}" in log_text, log_text
-        assert "resumed from" in log_text, log_text  # the killed run continued its checkpoint
+        assert ("resumed from" in log_text) == shared, log_text  # continued its checkpoint
         for line in log_text.splitlines():  # what happened (shown with -s)
             if any(w in line for w in ("warm start", "resumed from", "failed", "died")):
                 print(line[:300])
