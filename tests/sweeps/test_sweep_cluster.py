@@ -181,9 +181,11 @@ def test_several_resume_processes_share_one_postgresql_storage(pg, tmp_path):
     assert len(trials) in (5, 6), [t.state.name for t in trials]
     assert _complete_values_are_final_accuracies(storage, tracking, "share") == len(trials)
     assert not any("marked FAIL" in text for text in logs), logs
-    for text in logs:  # what each process found to do (shown with -s)
-        print(next((line for line in text.splitlines() if "trials to run" in line), text[-500:]))
+    for text in logs:  # what each process found to do and did (shown with -s)
+        for line in text.splitlines():
+            if any(w in line for w in ("trials to run", "trial ", "runs none")):
+                print(line[:200])
 
 
-#: ``sppo-bench sweep`` in a fresh process, importing this checkout.
-SWEEP = "import sys; from sweeps.cli import main; sys.exit(main(sys.argv[1:]))"
+#: ``sppo-bench sweep`` in a fresh process, importing this checkout, logging at INFO.
+SWEEP = "import sys; from benchmarks.cli import main; sys.exit(main(['sweep', *sys.argv[1:]]))"
