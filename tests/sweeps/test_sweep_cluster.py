@@ -58,6 +58,18 @@ def _spec(tmp_path: Path, cache: Path, trials: int) -> dict:
     }
 
 
+def _mlflow_database(pg: str, name: str, experiment: str, artifacts: Path) -> str:
+    """A new MLflow database on the server ``pg`` whose experiment ``experiment`` keeps its
+    artifacts in ``artifacts`` (a database store's default is ``./mlruns`` of the working
+    directory, here the repository)."""
+    from benchmarks.telemetry.tracking import prepare_store
+
+    uri = create_database(pg, name)
+    MlflowClient(uri).create_experiment(experiment, artifact_location=artifacts.as_uri())
+    prepare_store(uri, experiment)  # tags it as the suite would
+    return uri
+
+
 def _complete_values_are_final_accuracies(storage: str, tracking: str, study: str) -> int:
     """Every COMPLETE trial's value (in Optuna's storage) is its MLflow child run's last logged
     accuracy (in MLflow's store); returns how many trials were checked."""
@@ -126,7 +138,8 @@ def test_a_sweep_on_ray_with_two_workers_on_postgresql(pg, cluster, tmp_path, ca
     """Four trials, two in flight as Ray tasks; Optuna's storage and MLflow's store are two
     databases of one PostgreSQL server. Each trial's value is its child run's final accuracy,
     read across the two stores."""
-    storage, tracking = create_database(pg, "optuna_ray"), create_database(pg, "mlflow_ray")
+    storage = create_database(pg, "optuna_ray")
+    tracking = _mlflow_database(pg, "mlflow_ray", "sppo-bench-sweep-pgray", tmp_path / "art")
     spec = parse_spec(_spec(tmp_path, tmp_path / "cache", 4), name="pgray")
     with caplog.at_level(logging.INFO):
         result = run_sweep(
@@ -142,6 +155,7 @@ def test_a_sweep_on_ray_with_two_workers_on_postgresql(pg, cluster, tmp_path, ca
     parent = client.get_run(result.parent_run_id)
     assert parent.info.status == "FINISHED"
     assert [b.complete for b in result.best] == [4]
+    assert (tmp_path / "art").is_dir() and not (REPO / "mlruns").exists()
 
 
 @pytest.mark.slow  # two sweep processes of micro trials: ~1 min on 2 cores
@@ -153,7 +167,8 @@ def test_several_resume_processes_share_one_postgresql_storage(pg, tmp_path):
     one COMPLETE with its child run's final accuracy as its value."""
     import yaml
 
-    storage, tracking = create_database(pg, "optuna_res"), create_database(pg, "mlflow_res")
+    storage = create_database(pg, "optuna_res")
+    tracking = _mlflow_database(pg, "mlflow_res", "sppo-bench-sweep-share", tmp_path / "art")
     spec = tmp_path / "s.yaml"
     spec.write_text(yaml.safe_dump(_spec(tmp_path, tmp_path / "cache", 1)))
     args = [str(spec), "--storage", storage, "--tracking-uri", tracking, "--study-name", "share"]
