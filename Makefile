@@ -1,7 +1,8 @@
 # Two commands for a fresh machine: `make run` (the default CPU suite) and `make test`.
 # Both create .venv on first use. torch is installed first, pinned, so pip takes the CPU build.
 # `make run` installs only the core dependencies (the default suite imports nothing else);
-# `make test` (and `make install`) add the extras on top: dev tools, verl, TRL, lm-eval.
+# `make test` (and `make install`) add the extras on top: dev tools, verl, TRL, lm-eval, and Ray
+# with PostgreSQL's driver (cluster).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -24,7 +25,7 @@ $(CORE_STAMP): pyproject.toml
 	touch $(CORE_STAMP)
 
 $(STAMP): $(CORE_STAMP)
-	$(BIN)/pip install --quiet -e ".[dev,verl,bench]"
+	$(BIN)/pip install --quiet -e ".[dev,verl,bench,cluster]"
 	touch $(STAMP)
 
 install-core: $(CORE_STAMP)

@@ -1,7 +1,7 @@
 """``sppo-bench sweep``: run or resume an Optuna sweep described by a YAML spec.
 
     sppo-bench sweep SPEC [OVERRIDE ...] [--trials N] [--workers W] [--storage URL] [--resume]
-                          [--study-name NAME] [--tracking-uri URI]
+                          [--study-name NAME] [--tracking-uri URI] [--ray-address ADDRESS]
 
 SPEC is a path or the name of a shipped spec (``lr_per_algorithm``, ``critic_settings``,
 ``equal_effort``); OVERRIDEs are Hydra overrides appended to the spec's ``base_overrides``. A bad
@@ -42,6 +42,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue the study up to --trials in all")
     p.add_argument("--study-name", default=None, help="study name (default: the spec's name)")
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI")
+    p.add_argument(
+        "--ray-address",
+        default=None,
+        help="run the trials as tasks of this Ray cluster (auto, or <host>:<port> of its head), "
+        "--workers at a time; the storage and tracking URI must be reachable from every node "
+        "(PostgreSQL, an MLflow server): docs/cluster.md",
+    )
     return p
 
 
@@ -63,6 +70,7 @@ def main(argv: list[str]) -> int:
             study_name=args.study_name,
             tracking_uri=args.tracking_uri,
             extra_overrides=args.overrides,
+            ray_address=args.ray_address,
         )
     except SpecError as e:
         sys.stderr.write(f"sppo-bench sweep: spec error: {e}\n")

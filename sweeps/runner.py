@@ -17,8 +17,10 @@ Choices worth knowing:
   missing; each missing trial is one task for the worker pool (``study.optimize(n_trials=1)``),
   so W workers never overshoot. ``--trials N`` counts every trial of the study whatever its
   state (COMPLETE, PRUNED, FAIL); ``--resume`` marks trials left RUNNING by an interrupted sweep
-  FAIL (user attr ``error``) and runs the rest. Do not resume a study another sweep process is
-  still running.
+  FAIL (user attr ``error``) and runs the rest. Several ``--resume`` processes (on several
+  machines) may share one RDB storage: a running trial records a heartbeat, a trial with a fresh
+  one is left to its process, and a task that finds its study full runs nothing (two processes
+  that check the last free slot at the same instant may still run one trial too many).
 - Reports: the evaluation at budget fraction 0 is not reported. It is the shared warm start, the
   same for every trial, and Optuna's median pruner compares a trial's best value so far: with
   it, a run that collapses from the start would still look as good as the start.
@@ -39,6 +41,7 @@ import math
 import multiprocessing as mp
 import os
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field, replace
@@ -74,6 +77,14 @@ _ATTR_ERROR = "error"
 _ATTR_ADMISSIBLE = "admissible"
 
 
+#: A running trial's process records a heartbeat in an RDB storage this often (seconds); a
+#: RUNNING trial whose last one is older than the grace period belongs to a dead process. Other
+#: sweep processes sharing the storage (``--resume`` on several machines) leave a trial with a
+#: fresh heartbeat alone.
+HEARTBEAT_S = 10
+HEARTBEAT_GRACE_S = 60
+
+
 class TrialFailed(RuntimeError):
     """The suite recorded the trial's run as FAILED (it catches run errors itself)."""
 
@@ -83,18 +94,36 @@ class TrialFailed(RuntimeError):
 
 def make_storage(url: str) -> Any:
     """An Optuna storage for ``url``: an RDB URL (``sqlite:///optuna.db``, ``postgresql://``),
-    or a file path (optionally ``journal:<path>``) for JournalStorage."""
+    or a file path (optionally ``journal:<path>``) for JournalStorage. A database server is
+    probed first, so one that does not answer fails in seconds naming ``--storage``
+    (:class:`SpecError`), and ``postgresql://`` takes the driver installed here."""
     import optuna
+
+    from benchmarks.telemetry.store import PreflightError, check_database, database_uri
 
     if "://" in url:
         kwargs: dict[str, Any] | None = None
+        url = database_uri(url)
+        if not url.startswith("sqlite:"):
+            try:
+                check_database("--storage", url)
+            except PreflightError as e:
+                raise SpecError(str(e)) from e
         if url.startswith("sqlite:///"):
             Path(url[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
             # Several workers write to one file: wait for the lock instead of failing at once.
             kwargs = {"connect_args": {"timeout": 60}}
-        return retry_locked(
-            lambda: optuna.storages.RDBStorage(url, engine_kwargs=kwargs), "open storage"
-        )
+        with warnings.catch_warnings():  # heartbeats are "experimental" since Optuna 2.9
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return retry_locked(
+                lambda: optuna.storages.RDBStorage(
+                    url,
+                    engine_kwargs=kwargs,
+                    heartbeat_interval=HEARTBEAT_S,
+                    grace_period=HEARTBEAT_GRACE_S,
+                ),
+                "open storage",
+            )
     from optuna.storages.journal import JournalFileBackend
 
     path = Path(url.removeprefix("journal:"))
@@ -339,6 +368,13 @@ def _run_trial(ctx: _Context, study_name: str, algorithm: str | None, seed: int)
         ),
         "load study",
     )
+    target = ctx.spec.trials // len(ctx.spec.studies)
+    held = sum(t.state.name != "WAITING" for t in _study_trials(study))
+    if held >= target:  # another sweep process sharing the storage filled it meanwhile
+        log.info(
+            "%s holds %d trials (of %d) already: this task runs none", study_name, held, target
+        )
+        return {"study": study_name, "number": None, "state": "SKIPPED", "value": None}
     finished: list[Any] = []
     study.optimize(
         _Objective(ctx, study_name, algorithm),
@@ -615,7 +651,7 @@ def _prepare(
     :class:`SpecError` without leaving a storage, a study or an MLflow run behind.
     """
     from benchmarks.config import compose_config
-    from benchmarks.telemetry.store import PreflightError, check_tracking_uri
+    from benchmarks.telemetry.store import PreflightError, check_tracking_uri, database_uri
     from benchmarks.telemetry.tracking import default_tracking_uri
 
     if extra_overrides:
@@ -633,7 +669,7 @@ def _prepare(
         base_cfg = compose_config([*base, *spec.budget, f"algorithm=[{spec.algorithms[0]}]"])
     except Exception as e:
         raise SpecError(f"base_overrides: {str(e).splitlines()[0] if str(e) else e}") from e
-    uri = tracking_uri or base_cfg.tracking.uri or default_tracking_uri()
+    uri = database_uri(tracking_uri or base_cfg.tracking.uri or default_tracking_uri())
     experiment = (
         str(base_cfg.tracking.experiment)
         if _given(base, "tracking.experiment")
@@ -770,6 +806,23 @@ def _study_trials(study: Any) -> list[Any]:
     return study.get_trials(deepcopy=False)
 
 
+def _live_trials(storage: Any, study: Any) -> set[int]:
+    """Ids of the study's RUNNING trials whose heartbeat is fresh: another sweep process is
+    running them. Empty for a storage without heartbeats (JournalStorage): there, every RUNNING
+    trial counts as interrupted. Read from Optuna's heartbeat table, which its public API only
+    exposes as the stale trials."""
+    import optuna
+    import sqlalchemy
+    from optuna.storages._rdb import models
+
+    if not isinstance(storage, optuna.storages.RDBStorage) or storage.heartbeat_interval is None:
+        return set()
+    stale = set(storage._get_stale_trial_ids(study._study_id))
+    with storage.engine.connect() as conn:
+        beating = set(conn.scalars(sqlalchemy.select(models.TrialHeartbeatModel.trial_id)))
+    return beating - stale
+
+
 def _pending_tasks(
     spec: SweepSpec, opened: _Studies, callback: MlflowTrialCallback
 ) -> tuple[list[tuple[str, str | None]], int]:
@@ -777,8 +830,11 @@ def _pending_tasks(
     trials the studies already hold.
 
     Counting here, in the main process, is what makes trial counts exact: each task is one
-    ``study.optimize(n_trials=1)``, so W workers never overshoot. A trial an interrupted sweep
-    left RUNNING is marked FAIL first (it would otherwise count as done, and never finish).
+    ``study.optimize(n_trials=1)``, so W workers never overshoot (and a task finds the study
+    full, and runs nothing, when another sweep process sharing the storage filled it). A trial
+    an interrupted sweep left RUNNING is marked FAIL first (it would otherwise count as done,
+    and never finish); one whose heartbeat is fresh runs in another live sweep process and is
+    counted as it is.
     Tasks go round-robin over the studies, so an interrupted equal-effort sweep leaves the
     algorithms with about the same number of trials.
     """
@@ -789,8 +845,9 @@ def _pending_tasks(
     per_study: dict[str, list[tuple[str, str | None]]] = {}
     existing = 0
     for sname, (study, alg) in opened.studies.items():
+        live = _live_trials(opt_storage, study)
         for t in _study_trials(study):
-            if t.state.name == "RUNNING":
+            if t.state.name == "RUNNING" and t._trial_id not in live:
                 why = "interrupted: left RUNNING by an earlier sweep process"
                 opt_storage.set_trial_user_attr(t._trial_id, _ATTR_ERROR, why)
                 study.tell(t.number, state=optuna.trial.TrialState.FAIL)
@@ -841,17 +898,64 @@ def _prewarm(cfg: Any) -> None:
         log.warning("could not build the warm start before the workers start (%s); they will", e)
 
 
-def _run_tasks(
-    ctx: _Context, tasks: Sequence[tuple[str, str | None]], seeds: Sequence[int], plan: _Plan
+def _ray_trial(ctx: _Context, study_name: str, algorithm: str | None, seed: int) -> dict:
+    """:func:`_run_trial` as a Ray task (its worker process configures its own logging)."""
+    _init_worker(ctx.log_level)
+    return _run_trial(ctx, study_name, algorithm, seed)
+
+
+def _run_on_ray(
+    ctx: _Context,
+    tasks: Sequence[tuple[str, str | None]],
+    seeds: Sequence[int],
+    plan: _Plan,
+    address: str,
 ) -> int:
-    """Run every task, in-process (one worker) or in a pool of spawned workers; returns how many
-    ran.
+    """Every task as a Ray task of the cluster at ``address``, ``plan.workers`` in flight, each
+    with the trials' ``threads`` CPUs; returns how many ran. A task is not retried when its
+    node dies: Optuna would count a second trial; the first stays RUNNING until a
+    ``--resume`` marks it FAIL."""
+    import ray
+
+    from benchmarks.suite.cluster import connected
+
+    threads = int(next(iter(plan.configs.values())).threads)
+    queue = list(zip(tasks, seeds, strict=True))
+    ran = 0
+    with connected(address, key="--ray-address"):
+        trial = ray.remote(_ray_trial).options(num_cpus=threads, max_retries=0)
+        pending: list[Any] = []
+        while queue or pending:
+            while queue and len(pending) < plan.workers:
+                (s, a), seed = queue.pop(0)
+                pending.append(trial.remote(ctx, s, a, seed))
+            done, pending = ray.wait(pending, num_returns=1)
+            try:
+                ray.get(done[0])
+                ran += 1
+            except ray.exceptions.RayError as e:  # the task's worker or node died
+                log.error("a sweep task failed: %s", str(e).splitlines()[0] if str(e) else e)
+    return ran
+
+
+def _run_tasks(
+    ctx: _Context,
+    tasks: Sequence[tuple[str, str | None]],
+    seeds: Sequence[int],
+    plan: _Plan,
+    ray_address: str | None = None,
+) -> int:
+    """Run every task, in-process (one worker), in a pool of spawned workers, or as Ray tasks
+    (``ray_address``); returns how many ran.
 
     Spawned, not forked: a worker starts clean of the main process's torch threads, SQLite
     connections and MLflow client. A trial's own errors are caught inside it (the trial ends
     FAIL); a worker that dies is logged and the other tasks go on.
     """
     ran = 0
+    if ray_address is not None and tasks:
+        _prewarm(next(iter(plan.configs.values())))  # this node's cache; others build their own
+        return _run_on_ray(ctx, tasks, seeds, plan, ray_address)
     if plan.workers > 1 and len(tasks) > 1:
         _prewarm(next(iter(plan.configs.values())))
         with ProcessPoolExecutor(
@@ -923,15 +1027,26 @@ def run_sweep(
     study_name: str | None = None,
     tracking_uri: str | None = None,
     extra_overrides: Sequence[str] = (),
+    ray_address: str | None = None,
 ) -> SweepResult:
     """Run (or resume) a sweep until its studies hold ``trials`` trials in all.
 
     Everything that can be wrong with the spec raises :class:`SpecError` before a storage, a
     study or an MLflow run is created. ``workers`` > 1 runs trials in that many spawned
-    processes sharing the storage and the MLflow experiment. The parent run ends FINISHED,
-    KILLED (interrupted) or FAILED.
+    processes sharing the storage and the MLflow experiment; with ``ray_address`` (``auto`` or
+    ``<host>:<port>``) they are ``workers`` tasks at a time of that Ray cluster instead. The
+    parent run ends FINISHED, KILLED (interrupted) or FAILED.
     """
     import mlflow  # noqa: F401  (fail early if tracking is not installed)
+
+    if ray_address is not None:
+        from benchmarks.suite.cluster import check_ray_address
+        from benchmarks.telemetry.store import PreflightError
+
+        try:
+            check_ray_address(ray_address, key="--ray-address")
+        except PreflightError as e:
+            raise SpecError(str(e)) from e
 
     t0 = time.perf_counter()
     plan = _prepare(
@@ -982,7 +1097,7 @@ def run_sweep(
             parent_id,
         )
         seeds = [spec.seed + existing + i for i in range(len(tasks))]
-        result.trials_run = _run_tasks(ctx, tasks, seeds, plan)
+        result.trials_run = _run_tasks(ctx, tasks, seeds, plan, ray_address)
         _write_summary(result, spec, opened, client, t0)
         status = "FINISHED"
     except KeyboardInterrupt:

@@ -1,4 +1,5 @@
-"""How many worker processes a suite gets (``jobs``): the machine's cores and memory."""
+"""How many worker processes a suite gets (``jobs``): the machine's cores and memory; or
+``jobs=ray``, the tasks of a Ray cluster (``benchmarks/suite/cluster.py``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,15 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-__all__ = ["WORKER_BYTES", "available_memory", "resolve_jobs", "usable_cpus"]
+__all__ = ["RAY", "WORKER_BYTES", "available_memory", "is_ray", "resolve_jobs", "usable_cpus"]
+
+#: ``jobs=ray``: the runs are tasks of the Ray cluster at ``ray.address``.
+RAY = "ray"
+
+
+def is_ray(value: Any) -> bool:
+    """Whether ``jobs`` asks for the Ray cluster."""
+    return isinstance(value, str) and value.strip().lower() == RAY
 
 
 def usable_cpus() -> int:
@@ -40,7 +49,7 @@ def resolve_jobs(value: Any, tasks: int, available: int | None = None) -> int:
     """``jobs`` as a number of processes: ``auto`` is one per usable core while memory allows
     (``WORKER_BYTES`` each of ``available``, read from the kernel when not given), never more
     than there are runs. Raises ValueError naming the field for anything else than ``auto`` or
-    an int >= 1."""
+    an int >= 1 (``ray`` is checked with :func:`is_ray` first: it is not a process count)."""
     if isinstance(value, str) and value.strip().lower() == "auto":
         n = usable_cpus()
         available = available_memory() if available is None else available
@@ -55,5 +64,8 @@ def resolve_jobs(value: Any, tasks: int, available: int | None = None) -> int:
         except (TypeError, ValueError):
             n = None
     if n is None or n < 1 or str(value).strip() != str(n):
-        raise ValueError(f"jobs={value!r}: allowed 'auto' or an integer >= 1")
+        raise ValueError(
+            f"jobs={value!r}: allowed 'auto' or an integer >= 1, or 'ray' (the tasks of the Ray "
+            "cluster at ray.address)"
+        )
     return max(1, min(n, tasks))

@@ -16,7 +16,7 @@ from typing import Any
 from algorithms import Algorithm, ConfigError, get_algorithm, list_algorithms
 from analysis.claims import Claim, parse_claims
 from benchmarks.engines.factory import check_rollout_config
-from benchmarks.suite.jobs import resolve_jobs
+from benchmarks.suite.jobs import is_ray, resolve_jobs
 from benchmarks.tasks.base import Task
 from benchmarks.tasks.build import build_task
 from benchmarks.telemetry.meter import Budget
@@ -81,7 +81,7 @@ class SuitePlan:
     cache_dir: str | None
     min_free_disk_gb: float
     resume: str
-    #: ``jobs`` as given (``auto`` or an integer); resolved against the runs at start.
+    #: ``jobs`` as given (``auto``, an integer or ``ray``); resolved against the runs at start.
     jobs: Any
     threads: int
     #: ``precision`` resolved for this machine: ``fp32`` or ``bf16``, never ``auto``.
@@ -91,6 +91,9 @@ class SuitePlan:
     plugins: list[str]
     #: The whole resolved config: run params, the config hash, what a worker validates again.
     resolved: dict[str, Any]
+    #: ``ray.address`` (``auto`` or ``<host>:<port>``) and ``ray.max_retries``, for ``jobs=ray``.
+    ray_address: str = "auto"
+    ray_max_retries: int = 3
 
     @property
     def device(self) -> str:
@@ -154,6 +157,7 @@ def validate(cfg: Any) -> SuitePlan:
     budget = _budget(cfg)
     _check_engine_name(cfg)
     threads, seeds = _counts(cfg)
+    ray_address, ray_retries = _ray(cfg)
     precision = _precision(cfg)
     task = _task(cfg)
     _check_warmstart(cfg)
@@ -192,6 +196,8 @@ def validate(cfg: Any) -> SuitePlan:
         precision=precision,
         plugins=plugins,
         resolved=resolved,  # type: ignore[arg-type]
+        ray_address=ray_address,
+        ray_max_retries=ray_retries,
     )
 
 
@@ -363,7 +369,8 @@ def _counts(cfg: Any) -> tuple[int, list[int]]:
     """``threads``, ``jobs``, ``seeds`` and ``seed``: the runs' threads and seeds."""
     threads = _integer("threads", cfg.threads, 1)
     try:
-        resolve_jobs(cfg.get("jobs", 1), 1)
+        if not is_ray(cfg.get("jobs", 1)):
+            resolve_jobs(cfg.get("jobs", 1), 1)
     except ValueError as e:
         raise ConfigError(str(e)) from e
     seeds = _integer("seeds", cfg.seeds, 1)
@@ -510,13 +517,33 @@ def _min_free_disk(cfg: Any) -> float:
     return min_free
 
 
+def _ray(cfg: Any) -> tuple[str, int]:
+    """``ray.address`` (``auto`` or ``<host>:<port>``) and ``ray.max_retries`` (an int >= 0).
+    Checked whatever ``jobs`` is: a typo must not wait for the day ``jobs=ray`` is set."""
+    node = cfg.get("ray") or {}
+    unknown = sorted(set(node) - {"address", "max_retries"})
+    if unknown:
+        raise ConfigError(f"ray.{unknown[0]}: unknown key; allowed: ['address', 'max_retries']")
+    address = str(node.get("address", "auto")).strip()
+    host, sep, port = address.rpartition(":")
+    if address != "auto" and not (sep and host and port.isdigit() and 0 < int(port) < 65536):
+        raise ConfigError(
+            f"ray.address={address!r}: allowed 'auto' (the cluster `ray start --head` made on this "
+            "machine, or $RAY_ADDRESS) or <host>:<port> of a Ray head node, e.g. 10.0.0.5:6379"
+        )
+    retries = _integer("ray.max_retries", node.get("max_retries", 3), 0)
+    return address, retries
+
+
 def _tracking(cfg: Any) -> tuple[str, str]:
     """The tracking store's URI, and where it came from (for messages): ``tracking.uri``, else
-    ``MLFLOW_TRACKING_URI``, else the default SQLite file."""
+    ``MLFLOW_TRACKING_URI``, else the default SQLite file. A ``postgresql://`` URI names the
+    driver installed here (:func:`~benchmarks.telemetry.store.database_uri`)."""
+    from benchmarks.telemetry.store import database_uri
     from benchmarks.telemetry.tracking import default_tracking_uri
 
     from_env = not cfg.tracking.uri and os.environ.get("MLFLOW_TRACKING_URI")
-    uri = str(cfg.tracking.uri or default_tracking_uri())
+    uri = database_uri(str(cfg.tracking.uri or default_tracking_uri()))
     return uri, "MLFLOW_TRACKING_URI" if from_env else "tracking.uri"
 
 

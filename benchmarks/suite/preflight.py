@@ -1,4 +1,5 @@
-"""Checks at start, before any compute: disk space and writable output and tracking stores.
+"""Checks at start, before any compute: disk space, writable output and tracking stores and,
+with ``jobs=ray``, a Ray head node answering at ``ray.address``.
 
 ``min_free_disk_gb`` (root config key) is the free space each output location must have at
 start (a checkpoint of a real model is several GB). The checks themselves live in
@@ -19,10 +20,16 @@ __all__ = ["PreflightError", "preflight"]
 
 
 def preflight(plan: SuitePlan) -> None:
-    """Raise :class:`PreflightError` if an output location is unwritable or short of space, or
-    the tracking store cannot be written now."""
+    """Raise :class:`PreflightError` if an output location is unwritable or short of space, the
+    tracking store cannot be written now, or (``jobs=ray``) no Ray cluster answers."""
+    from benchmarks.suite.jobs import is_ray
+
     min_free = plan.min_free_disk_gb
     check_writable_dir("output_dir", str(plan.output_dir), plan.output_dir, min_free)
     if plan.cache_dir:
         check_writable_dir("cache_dir", plan.cache_dir, Path(plan.cache_dir), min_free)
     check_tracking_uri(plan.tracking_uri, min_free, key=plan.tracking_key)
+    if is_ray(plan.jobs):
+        from benchmarks.suite.cluster import check_ray_address
+
+        check_ray_address(plan.ray_address)

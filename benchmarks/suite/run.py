@@ -145,7 +145,7 @@ def run_suite(
             ctx.previous = ckpt.child_runs(client, exp_id, previous.info.run_id)
         try:
             jobs = _jobs(plan, on_eval)
-            if jobs > 1:
+            if jobs == "ray" or jobs > 1:
                 shared = {
                     "uri": uri,
                     "exp_id": exp_id,
@@ -196,13 +196,18 @@ def _validated(cfg: Any) -> SuitePlan:
     return plan
 
 
-def _jobs(plan: SuitePlan, on_eval: Callable | None) -> int:
-    """Worker processes for this suite (``jobs``); 1 where the runs must share this process."""
-    from benchmarks.suite.jobs import resolve_jobs
+def _jobs(plan: SuitePlan, on_eval: Callable | None) -> int | str:
+    """Worker processes for this suite (``jobs``), or ``"ray"`` (tasks of the Ray cluster); 1
+    where the runs must share this process."""
+    from benchmarks.suite.jobs import RAY, is_ray, resolve_jobs
     from benchmarks.suite.workers import parallel_blocker
 
-    jobs = resolve_jobs(plan.jobs, len(plan.seeds) * len(plan.algorithms))
-    if jobs > 1:
+    jobs: int | str = (
+        RAY
+        if is_ray(plan.jobs)
+        else resolve_jobs(plan.jobs, len(plan.seeds) * len(plan.algorithms))
+    )
+    if jobs == RAY or jobs > 1:
         why = parallel_blocker(plan, on_eval=on_eval is not None)
         if why is not None:
             log.info("jobs=%s: running in one process: %s", plan.jobs, why)
@@ -211,11 +216,12 @@ def _jobs(plan: SuitePlan, on_eval: Callable | None) -> int:
 
 
 def _run_in_workers(
-    ctx: RunContext, result: SuiteResult, jobs: int, shared: dict
+    ctx: RunContext, result: SuiteResult, jobs: int | str, shared: dict
 ) -> list[RunSummary]:
-    """Every run not yet FINISHED, in ``jobs`` worker processes (``benchmarks/suite/workers.py``);
-    the summaries in the one-process order (seed, then algorithm)."""
-    from benchmarks.suite.workers import run_parallel
+    """Every run not yet FINISHED, in ``jobs`` worker processes or as Ray tasks (``jobs=ray``)
+    (``benchmarks/suite/workers.py``); the summaries in the one-process order (seed, then
+    algorithm)."""
+    from benchmarks.suite.workers import run_on_ray, run_parallel
 
     plan = ctx.plan
     summaries: dict[tuple[str, int], RunSummary] = {}
@@ -234,7 +240,13 @@ def _run_in_workers(
     def on_warm_start(seed: int, info: dict) -> None:
         result.warmstart[str(seed)] = info
 
-    if work:
+    if work and jobs == "ray":
+        summaries.update(
+            run_on_ray(
+                plan=plan, work=work, shared=shared, bar=ctx.bar, on_warm_start=on_warm_start
+            )
+        )
+    elif work:
         summaries.update(
             run_parallel(
                 jobs=min(jobs, sum(len(t) for _, t in work)),

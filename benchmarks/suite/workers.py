@@ -12,7 +12,16 @@ runs (with ``warmstart.per_seed=false``, one warm start and then every seed's ru
 are queued first, so while one seed's runs train the next seed's warm start is already being
 built. Workers are spawned (never forked: the parent holds MLflow's SQLite connections and
 logging threads), and send their progress-bar updates and log records back through one queue,
-which the parent renders. :func:`parallel_blocker` says when a suite must stay in one process."""
+which the parent renders. :func:`parallel_blocker` says when a suite must stay in one process.
+
+With ``jobs=ray`` (:func:`run_on_ray`) the same tasks are Ray tasks on the cluster at
+``ray.address``, each asking for ``threads`` CPUs. A warm start is returned through Ray's object
+store and handed to its runs as an argument, so no node needs the driver's cache directory.
+A task whose worker or node dies is run again by Ray (``ray.max_retries``); a run that starts
+again finds its earlier attempt's MLflow run under the suite's parent and continues it, from
+its checkpoint where ``output_dir`` is shared and from the start otherwise, logging no point
+twice (``benchmarks/training/checkpoint.py``). Progress updates and log records come back
+through a Ray queue, which the driver renders as it does the pool's."""
 
 from __future__ import annotations
 
@@ -33,7 +42,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["WorkerError", "parallel_blocker", "run_parallel"]
+__all__ = ["WorkerError", "parallel_blocker", "run_on_ray", "run_parallel"]
 
 #: Per-worker state set by :func:`_init_worker`.
 _W: dict[str, Any] = {}
@@ -146,15 +155,23 @@ def _warm_start(seed: int) -> dict:
 
 @_reported
 def _run(name: str, seed: int, shared: dict) -> Any:
-    from mlflow.tracking import MlflowClient
-
-    from benchmarks.suite.run_one import RunContext, run_one
-    from benchmarks.training import checkpoint as ckpt
     from benchmarks.training.start import policy_start
 
     plan = _W["plan"]
     start_seed = plan.start_seed(seed)  # its warm start is cached by now
     start, _ = policy_start(plan.start_recipe, start_seed, plan.task, _tokenizer())
+    return _train(name, seed, shared, start, shared["previous_parent"])
+
+
+def _train(name: str, seed: int, shared: dict, start: Any, previous_parent: str | None) -> Any:
+    """Run (algorithm ``name``, ``seed``) from ``start``; with ``previous_parent``, that
+    parent's earlier child run of the pair (if any) is continued rather than started again."""
+    from mlflow.tracking import MlflowClient
+
+    from benchmarks.suite.run_one import RunContext, run_one
+    from benchmarks.training import checkpoint as ckpt
+
+    plan = _W["plan"]
     client = MlflowClient(shared["uri"])
     ctx = RunContext(
         plan,
@@ -170,9 +187,40 @@ def _run(name: str, seed: int, shared: dict) -> Any:
         config_hash=shared["config_hash"],
         checkpoints=shared["checkpoints"],
     )
-    if shared["previous_parent"] is not None:
-        ctx.previous = ckpt.child_runs(client, shared["exp_id"], shared["previous_parent"])
+    if previous_parent is not None:
+        ctx.previous = ckpt.child_runs(client, shared["exp_id"], previous_parent)
     return run_one(ctx, shared["parent_id"], name, plan.algorithms[name], seed, start)
+
+
+def _join(token: str, plan: Any, level: int, q: Any) -> None:
+    """Set up this Ray worker process for the suite ``token`` (once: Ray reuses a worker for
+    the next task of the same job)."""
+    if _W.get("token") == token:
+        return
+    _W.clear()
+    _start_worker(plan, level, q)
+    _W["token"] = token
+
+
+@_reported
+def _ray_warm_start(token: str, plan: Any, level: int, q: Any, seed: int) -> tuple[Any, dict]:
+    """The warm start of start seed ``seed`` and its info: the model goes to the object store."""
+    from benchmarks.training.start import policy_start
+
+    _join(token, plan, level, q)
+    start, info = policy_start(plan.start_recipe, seed, plan.task, _tokenizer())
+    return start, info
+
+
+@_reported
+def _ray_run(
+    token: str, plan: Any, level: int, q: Any, name: str, seed: int, shared: dict, start: Any
+) -> Any:
+    """One run from ``start`` (a warm start Ray fetched from its object store). The suite's
+    parent is searched for an earlier attempt of this run: Ray runs a task again after its node
+    died, and that attempt's MLflow run is continued, not duplicated."""
+    _join(token, plan, level, q)
+    return _train(name, seed, shared, start, shared["parent_id"])
 
 
 # ----------------------------------------------------------------------------- parent side
@@ -202,18 +250,31 @@ def parallel_blocker(plan: SuitePlan, *, on_eval: bool) -> str | None:
 
 def _drain(q: Any, bar: Any, bar_ids: dict[str, Any]) -> None:
     """Render what the workers sent: progress updates on the parent's bar, log records through
-    the parent's handlers."""
+    the parent's handlers. A Ray queue is read in batches (each read is a call to its actor)."""
     while True:
         try:
-            item = q.get_nowait()
+            if hasattr(q, "get_nowait_batch"):
+                n = q.size()
+                if not n:
+                    return
+                items = q.get_nowait_batch(n)
+            else:
+                items = [q.get_nowait()]
         except queue_mod.Empty:
             return
-        if isinstance(item, logging.LogRecord):
-            logging.getLogger(item.name).handle(item)
-        elif item[0] == "add":
-            bar_ids[item[1]] = bar.add_task(item[1], **item[2])
-        elif item[1] in bar_ids:
-            bar.update(bar_ids[item[1]], **item[2])
+        for item in items:
+            _render(item, bar, bar_ids)
+
+
+def _render(item: Any, bar: Any, bar_ids: dict[str, Any]) -> None:
+    if isinstance(item, logging.LogRecord):
+        logging.getLogger(item.name).handle(item)
+    elif item[0] == "add" and item[1] in bar_ids:  # a Ray task run again: its bar starts over
+        bar.update(bar_ids[item[1]], completed=0.0, **item[2])
+    elif item[0] == "add":
+        bar_ids[item[1]] = bar.add_task(item[1], **item[2])
+    elif item[1] in bar_ids:
+        bar.update(bar_ids[item[1]], **item[2])
 
 
 def run_parallel(
@@ -274,3 +335,103 @@ def run_parallel(
         finally:
             _drain(q, bar, bar_ids)
     return out
+
+
+def run_on_ray(
+    *,
+    plan: Any,
+    work: list[tuple[int, list[str]]],
+    shared: dict,
+    bar: Any,
+    on_warm_start: Callable[[int, dict], None],
+) -> dict[tuple[str, int], Any]:
+    """Run ``work`` (per seed, the algorithms still to run) as tasks of the Ray cluster at
+    ``plan.ray_address``, each with ``plan.threads`` CPUs; the run summaries by (algorithm,
+    seed). Each start seed's warm start is one task whose model the runs of that start receive
+    through the object store."""
+    import uuid
+
+    import ray
+    from ray.util.queue import Queue
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from benchmarks.suite.cluster import connected
+
+    level = logging.getLogger().getEffectiveLevel()
+    out: dict[tuple[str, int], Any] = {}
+    bar_ids: dict[str, Any] = {}
+    with connected(plan.ray_address):
+        opts = {
+            "num_cpus": plan.threads,
+            "max_retries": plan.ray_max_retries,
+            "retry_exceptions": False,  # a run records its own errors; only deaths are retried
+        }
+        warm = ray.remote(_ray_warm_start).options(num_returns=2, **opts)
+        run = ray.remote(_ray_run).options(**opts)
+        # The queue's actor lives on this node: it fails with the driver, never before it.
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        q = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": here})
+        token = uuid.uuid4().hex
+        plan_ref = ray.put(plan)
+        starts: dict[int, list[tuple[int, list[str]]]] = {}
+        for seed, names in work:
+            starts.setdefault(plan.start_seed(seed), []).append((seed, names))
+        log.info(
+            "running %d seeds' runs as Ray tasks of %d CPU(s) each on %s",
+            len(work),
+            plan.threads,
+            plan.ray_address,
+        )
+        hosts = {n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}
+        if len(hosts) > 1 and str(shared["uri"]).startswith("sqlite:"):
+            log.warning(
+                "tracking.uri=%s is a file on this machine, and the cluster has %d machines: runs "
+                "placed elsewhere cannot write it; use postgresql://... or an MLflow server "
+                "(docs/cluster.md)",
+                shared["uri"],
+                len(hosts),
+            )
+        pending: dict[Any, tuple[str, int, Any]] = {}
+        for start, group in starts.items():  # every warm start at once: the cluster queues them
+            model, info = warm.remote(token, plan_ref, level, q, start)
+            pending[info] = ("warm start", start, (group, model))
+        try:
+            while pending:
+                done, _ = ray.wait(list(pending), num_returns=1, timeout=0.2)
+                _drain(q, bar, bar_ids)
+                for ref in done:
+                    kind, seed, what = pending.pop(ref)
+                    value = _ray_result(ray, ref)
+                    if kind == "warm start":
+                        group, model = what
+                        on_warm_start(seed, value)
+                        for run_seed, names in group:
+                            for name in names:
+                                ref = run.remote(
+                                    token, plan_ref, level, q, name, run_seed, shared, model
+                                )
+                                pending[ref] = ("run", run_seed, name)
+                    else:
+                        out[(str(what), seed)] = value
+        except BaseException:
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            raise
+        finally:
+            _drain(q, bar, bar_ids)
+            q.shutdown()
+    return out
+
+
+def _ray_result(ray: Any, ref: Any) -> Any:
+    """A task's value; what it raised as a WorkerError (its message, not Ray's traceback)."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as e:
+        cause = e.cause
+        raise WorkerError(str(cause) if isinstance(cause, WorkerError) else str(e)) from None
+    except ray.exceptions.RayError as e:  # retries spent: a worker or node died each time
+        raise WorkerError(
+            f"a Ray task failed after ray.max_retries retries: {type(e).__name__}: "
+            f"{str(e).splitlines()[0] if str(e) else ''}"
+        ) from e

@@ -10,6 +10,7 @@ and ``sppo-bench sweep`` call them.
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import tempfile
 import threading
@@ -20,7 +21,15 @@ from pathlib import Path
 
 from algorithms import ConfigError
 
-__all__ = ["PROBE_TIMEOUT_S", "PreflightError", "check_tracking_uri", "check_writable_dir"]
+__all__ = [
+    "CLUSTER_EXTRA",
+    "PROBE_TIMEOUT_S",
+    "PreflightError",
+    "check_database",
+    "check_tracking_uri",
+    "check_writable_dir",
+    "database_uri",
+]
 
 
 #: Seconds a tracking server or database gets to answer the start-up probe.
@@ -35,6 +44,23 @@ _ALLOWED = (
     "mssql://",
     "databricks",
 )
+
+
+#: The pyproject extra with PostgreSQL's driver (psycopg) and Ray: ``pip install
+#: 'sppo-bench[cluster]'``.
+CLUSTER_EXTRA = "cluster"
+
+
+def database_uri(uri: str) -> str:
+    """``uri`` with the PostgreSQL driver SQLAlchemy can load here: a bare ``postgresql://`` (or
+    ``postgres://``) means psycopg2 to SQLAlchemy, so it becomes ``postgresql+psycopg://`` when
+    only psycopg 3 (extra ``cluster``) is installed. Any other URI is returned as it is."""
+    scheme, sep, rest = uri.partition("://")
+    if not sep or scheme not in ("postgresql", "postgres"):
+        return uri
+    if importlib.util.find_spec("psycopg2") is None and importlib.util.find_spec("psycopg"):
+        return f"postgresql+psycopg://{rest}"
+    return uri
 
 
 class PreflightError(ConfigError):
@@ -81,16 +107,29 @@ def _probe_http(key: str, uri: str, timeout: float) -> None:
         ) from e
 
 
-def _probe_sql(key: str, uri: str, timeout: float) -> None:
-    """Open and close one connection to a database store, in a thread so a server that never
-    answers cannot hold the start for longer than ``timeout``."""
+def check_database(key: str, uri: str, timeout: float = PROBE_TIMEOUT_S) -> None:
+    """Raise :class:`PreflightError` naming ``key`` unless one connection to the database store
+    ``uri`` opens and closes, in a thread so a server that never answers cannot hold the start
+    for longer than ``timeout``. A missing PostgreSQL driver names the extra that has it."""
+    uri = database_uri(uri)
+    scheme = uri.partition("://")[0]
+    if scheme.startswith("postgres"):
+        driver = scheme.partition("+")[2] or "psycopg2"
+        if importlib.util.find_spec(driver) is None:
+            raise PreflightError(
+                f"{key}={uri}: PostgreSQL's driver {driver!r} is not installed; "
+                f"pip install 'sppo-bench[{CLUSTER_EXTRA}]' (psycopg 3)"
+            )
     outcome: list[BaseException | None] = []
 
     def connect() -> None:
         try:
             import sqlalchemy
 
-            engine = sqlalchemy.create_engine(uri)
+            kwargs = (
+                {"connect_timeout": max(1, int(timeout))} if scheme.startswith("postgres") else {}
+            )
+            engine = sqlalchemy.create_engine(uri, connect_args=kwargs)
             with engine.connect():
                 pass
             engine.dispose()
@@ -144,7 +183,7 @@ def check_tracking_uri(
             if head and head != b"SQLite format 3\x00":
                 raise PreflightError(f"{key}={uri}: {db} is not a SQLite database")
     elif scheme in _SQL_SCHEMES:
-        _probe_sql(key, uri, timeout)
+        check_database(key, uri, timeout)
     elif scheme == "databricks":
         return  # credentials live in the Databricks profile; MLflow checks them itself
     else:

@@ -69,10 +69,10 @@ _VERSION = 1
 
 
 def config_hash(resolved: Mapping[str, Any]) -> str:
-    """SHA-256 of the resolved config without ``resume`` and ``jobs``, which only say how to
-    run it: the numbers do not depend on them, so a suite killed with ``jobs=2`` resumes with
-    any other value."""
-    data = {k: v for k, v in resolved.items() if k not in ("resume", "jobs")}
+    """SHA-256 of the resolved config without ``resume``, ``jobs`` and ``ray``, which only say
+    how to run it: the numbers do not depend on them, so a suite killed with ``jobs=2`` resumes
+    with any other value, or on a Ray cluster."""
+    data = {k: v for k, v in resolved.items() if k not in ("resume", "jobs", "ray")}
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 

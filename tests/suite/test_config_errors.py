@@ -162,7 +162,8 @@ STORE_CASES = [
     ("sqlite:///{tmp}/notadb.db", ["notadb.db is not a SQLite database"]),
     ("sqlite:///{tmp}/adir", ["adir is not a file"]),
     ("sqlite:////proc/sppo.db", ["tracking.uri=sqlite:////proc/sppo.db", "not writable"]),
-    ("postgresql://u@127.0.0.1:{refused}/db", ["tracking.uri=postgresql://", "cannot connect"]),
+    # psycopg 3 is PostgreSQL's driver here: the URI is named as used, postgresql+psycopg://
+    ("postgresql://u@127.0.0.1:{refused}/db", ["tracking.uri=postgresql", "cannot connect"]),
 ]
 
 

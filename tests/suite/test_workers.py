@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import logging
 import signal
 import subprocess
@@ -12,7 +10,6 @@ import textwrap
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -24,60 +21,9 @@ from benchmarks.suite.plan import validate
 from benchmarks.suite.run import run_suite
 from benchmarks.suite.workers import parallel_blocker
 from benchmarks.telemetry import metrics as M
+from testkit.parity import histories, identity
 from testkit.paths import REPO
 from testkit.suites import MICRO
-
-
-def _dump_histories() -> Any:
-    """scripts/dump_histories.py, imported from its path: every deterministic metric history
-    of an experiment's newest suite, the dump a refactor is checked with."""
-    spec = importlib.util.spec_from_file_location(
-        "dump_histories", REPO / "scripts" / "dump_histories.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _histories(result, out: Path) -> dict[str, dict[str, list[list[float]]]]:
-    _dump_histories().main(result.tracking_uri, str(out), result.experiment)
-    return json.loads(out.read_text())
-
-
-#: Params naming where a suite writes or how many processes run it: they differ by design.
-PATH_PARAMS = {"jobs", "tracking.uri", "cache_dir", "output_dir"}
-#: Tags that differ between any two invocations: the parent run's id (a child's
-#: ``mlflow.parentRunId``) and the parent's config hash, which covers the paths above.
-RUN_TAGS = {"mlflow.parentRunId", "sppo_bench.config_hash"}
-
-
-def _identity(result, dst: Path) -> dict[str, Any]:
-    """Per run (the parent as ``suite``): status, params, tags and, for a child run, the
-    contents of its table artifacts, less what legitimately differs between two stores. (The
-    session's suite parent also collects the reports other tests write: its files are not
-    compared.)"""
-    client = MlflowClient(result.tracking_uri)
-    out = {}
-    runs = [("suite", result.parent_run_id)] + [
-        (f"{r.algorithm}-s{r.seed}", r.run_id) for r in result.runs
-    ]
-    for name, run_id in runs:
-        run = client.get_run(run_id)
-        files = {}
-        if name != "suite":
-            root = Path(client.download_artifacts(run_id, "", str(dst / name)))
-            for f in sorted(root.rglob("*.json")):
-                files[str(f.relative_to(root))] = json.loads(f.read_text())
-        out[name] = {
-            "status": run.info.status,
-            "name": run.info.run_name,
-            "params": {k: v for k, v in run.data.params.items() if k not in PATH_PARAMS},
-            "tags": {k: v for k, v in run.data.tags.items() if k not in RUN_TAGS},
-            "tables": files,
-        }
-        if name != "suite":
-            assert run.data.tags["mlflow.parentRunId"] == result.parent_run_id
-    return out
 
 
 @pytest.mark.slow  # two spawned workers: ~40-60 s on 2 loaded cores
@@ -109,7 +55,7 @@ def test_two_workers_reproduce_the_one_process_suite(micro_suite, tmp_path, capl
     assert par.warmstart["0"]["val_accuracy"] == serial.warmstart["0"]["val_accuracy"]
     assert par.warmstart["0"]["cached"] is False  # trained in a worker, not read from a cache
     # Every deterministic metric's every point (all but wall time and memory), bit for bit.
-    hp, hs = _histories(par, tmp_path / "par.json"), _histories(serial, tmp_path / "serial.json")
+    hp, hs = histories(par, tmp_path / "par.json"), histories(serial, tmp_path / "serial.json")
     assert sorted(hp) == sorted(hs) == sorted(f"{r.algorithm}-s{r.seed}" for r in serial.runs)
     for run in hs:
         assert sorted(hp[run]) == sorted(hs[run]), run
@@ -117,7 +63,7 @@ def test_two_workers_reproduce_the_one_process_suite(micro_suite, tmp_path, capl
         for key in hs[run]:
             assert hp[run][key] == hs[run][key], (run, key)
     # Every param, tag and table artifact, but those that name the store, paths and run ids.
-    ip, iserial = _identity(par, tmp_path / "par"), _identity(serial, tmp_path / "serial")
+    ip, iserial = identity(par, tmp_path / "par"), identity(serial, tmp_path / "serial")
     assert ip.keys() == iserial.keys()
     for run in iserial:
         for part in ("status", "name", "params", "tags", "tables"):
@@ -290,7 +236,7 @@ def test_two_workers_reproduce_the_one_process_suite_in_bf16(tmp_path):
     assert [r.status for r in one.runs] == [r.status for r in two.runs] == ["FINISHED"] * 3
     params = MlflowClient(one.tracking_uri).get_run(one.runs[0].run_id).data.params
     assert params["precision"] == "bf16"
-    h1, h2 = _histories(one, tmp_path / "one.json"), _histories(two, tmp_path / "two.json")
+    h1, h2 = histories(one, tmp_path / "one.json"), histories(two, tmp_path / "two.json")
     assert sorted(h1) == sorted(h2) and len(h1) == 3
     for run in h1:
         assert h1[run] == h2[run], run
