@@ -138,7 +138,9 @@ def test_avg_at_k_is_logged_at_its_step_under_its_fraction(tok, tmp_path):
     from benchmarks.telemetry.tracking import MlflowTracker
 
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    run_id = client.create_run(client.create_experiment("e")).info.run_id
+    run_id = client.create_run(
+        client.create_experiment("e", artifact_location=(tmp_path / "art").as_uri())
+    ).info.run_id
     task = ArithTask(horizon=1, eval_size=6)
     trainer = _evaluator(
         tok, task, eval_k_every_checkpoint=True, max_new_tokens=3, eval_samples_logged=2

@@ -146,7 +146,9 @@ def _store(tmp_path, history):
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    run_id = client.create_run(client.create_experiment("verl")).info.run_id
+    run_id = client.create_run(
+        client.create_experiment("verl", artifact_location=(tmp_path / "art").as_uri())
+    ).info.run_id
     points = [Metric(k.replace("@", "_at_"), v, 0, s) for k, pts in history.items() for s, v in pts]
     for i in range(0, len(points), 1000):
         client.log_batch(run_id, metrics=points[i : i + 1000])
