@@ -470,7 +470,8 @@ def _match(rows_a: dict[int, list[tuple[float, float]]], b: dict[int, tuple[floa
 def test_rollouts_to_match_censors_skips_and_passes_its_settings_on() -> None:
     """Per seed: where a's curve reaches b's final, over b's total compute; a seed where a never
     reaches it is censored at the compute a spent (infinite upper bound); seeds where b's
-    final or total is missing or zero, or a has no compute logged, are left out. The interval
+    final or total is missing or zero, or a's compute is not finite, are left out (and the
+    seeds after them still count). The interval
     is :func:`paired_ratio_of_means` on those seeds, with the caller's settings."""
     a = {
         0: [(0.0, 0.0), (50.0, 0.4), (100.0, 0.8)],  # reaches 0.6 at 75
@@ -478,7 +479,7 @@ def test_rollouts_to_match_censors_skips_and_passes_its_settings_on() -> None:
         2: [(0.0, 0.0), (60.0, 0.1), (120.0, 0.2)],  # never reaches 0.5: censored at 120
         3: [(0.0, 0.0), (50.0, 0.5), (100.0, 1.0)],  # b's total is 0: left out
         4: [(0.0, 0.0), (50.0, 0.5), (100.0, 1.0)],  # b's final is NaN: left out
-        5: [(NAN, 0.0), (NAN, 0.5), (NAN, 1.0)],  # no compute logged: left out
+        5: [(INF, 0.0), (INF, 0.1), (INF, 0.2)],  # compute not finite: left out
         6: [(0.0, 0.0), (30.0, 0.3), (60.0, 0.6)],  # reaches 0.45 at 45
         -1: [(0.0, 0.0), (50.0, 0.5), (100.0, 1.0)],  # b has no run for seed -1
         8: [(0.0, 0.0), (0.5, 0.5), (1.0, 1.0)],  # reaches 0.5 at 0.5, b's total is 1
@@ -524,12 +525,38 @@ def test_rollouts_to_match_reads_the_compute_axis_and_the_metric_asked_for() -> 
     assert half.per_seed == pytest.approx(samples.per_seed)
 
 
+def test_rollouts_to_match_reads_b_total_at_b_final_eval() -> None:
+    """b's total compute is read at the eval that gives b's final metric: where the metric is
+    missing at the last eval, both come from the last eval that has it. A seed where b logged
+    no compute at all is left out (it has no total), as is b when it never logged compute."""
+    rows = [
+        _row("a", 0, "arith", 0, 0.0, 0.0, 0.0) | {"score": 0.0},
+        _row("a", 0, "arith", 10, 0.5, 0.4, 50.0) | {"score": 0.4},
+        _row("a", 0, "arith", 20, 1.0, 0.8, 100.0) | {"score": 0.8},
+        _row("b", 0, "arith", 0, 0.0, 0.0, 0.0) | {"score": 0.0},
+        _row("b", 0, "arith", 10, 0.5, 0.3, 60.0) | {"score": 0.3},
+        _row("b", 0, "arith", 20, 1.0, 0.6, 100.0) | {"score": NAN},
+    ]
+    rows += [r | {"seed": 1, "run_id": r["run_id"] + "'"} for r in rows]
+    pts = pd.DataFrame(rows)
+    b1 = (pts["algorithm"] == "b") & (pts["seed"] == 1)
+    pts.loc[b1, SAMPLES] = NAN  # b logged no compute on seed 1
+    est = rollouts_to_match(pts, "a", "b", "arith", SAMPLES, "score", reps=50)
+    assert est.per_seed == pytest.approx({0: 37.5 / 60.0})  # a reaches 0.3 at 37.5
+    by_acc = rollouts_to_match(pts, "a", "b", "arith", SAMPLES, reps=50)
+    assert by_acc.per_seed == pytest.approx({0: 75.0 / 100.0})
+    no_compute = pts.assign(**{SAMPLES: pts[SAMPLES].where(pts["algorithm"] == "a")})
+    assert rollouts_to_match(no_compute, "a", "b", "arith", SAMPLES, reps=50).n_seeds == 0
+
+
 def test_rollouts_to_match_names_the_datasets_when_it_cannot_choose() -> None:
     """Without ``dataset`` the only dataset present is used; with several it is an error that
     lists them."""
     a = {s: [(0.0, 0.0), (50.0, 0.4), (100.0, 0.8)] for s in range(2)}
     pts = _match(a, {s: (100.0, 0.6) for s in range(2)}, dataset="gsm8k")
-    assert rollouts_to_match(pts, "a", "b", reps=50).dataset == "gsm8k"
+    only = rollouts_to_match(pts, "a", "b", reps=50)
+    assert only.dataset == "gsm8k" and only.n_seeds == 2
+    assert only.hi < 1 and only.verdict == NOT_RESOLVED  # two seeds: no verdict
     both = pd.concat([pts, pts.assign(dataset="arith")], ignore_index=True)
     with pytest.raises(ValueError) as err:
         rollouts_to_match(both, "a", "b")
@@ -558,13 +585,13 @@ def test_difficulty_groups_edge_cases() -> None:
     assert difficulty_groups([]) == {}
 
 
-def _claims_points() -> pd.DataFrame:
+def _claims_points(n: int = 5) -> pd.DataFrame:
     """sppo, ppo and grpo on arith (overall) and arith_h1/h2/h4; sppo only on gsm8k, grpo only
-    on aime: 5 seeds, listed in reverse seed order. Rollout tokens are logged with NaN."""
+    on aime: n seeds, listed in reverse seed order. Rollout tokens are logged with NaN."""
     rng = np.random.default_rng(3)
     rows = []
-    offsets = rng.normal(0.4, 0.05, 5)
-    for s in reversed(range(5)):
+    offsets = rng.normal(0.4, 0.05, n)
+    for s in reversed(range(n)):
         for ds, gap in (("arith", 0.1), ("arith_h1", 0.02), ("arith_h2", 0.05), ("arith_h4", 0.09)):
             for algo, extra in (("sppo", gap + rng.normal(0, 0.01)), ("ppo", 0.0), ("grpo", 0.01)):
                 final = offsets[s] + extra
@@ -652,7 +679,12 @@ def test_verdicts_defaults_and_the_claims_left_out() -> None:
     only_one_group = pts[~pts["dataset"].isin(["arith_h2", "arith_h4"])]
     assert verdicts(only_one_group, reps=50)["kind"].tolist() == ["ratio"]
     assert verdicts(pts[pts["algorithm"] != "ppo"], reps=50)["kind"].tolist() == ["ratio"]
-    assert verdicts(pts[pts["algorithm"] != "sppo"], reps=50).empty
+    assert verdicts(pts[pts["algorithm"] != "grpo"], reps=50)["kind"].tolist() == ["trend"]
+    nothing = verdicts(pts[pts["algorithm"] != "sppo"], reps=50)
+    assert nothing.empty and list(nothing.columns) == list(VERDICT_COLUMNS)
+    # a dataset without both algorithms is skipped, not the end of the list
+    first = pd.concat([pts[pts["dataset"] == "gsm8k"], pts[pts["dataset"] != "gsm8k"]])
+    assert verdicts(first, reps=50)["dataset"].tolist()[1:] == ["arith"]
     empty = verdicts(pts.iloc[0:0])
     assert empty.empty and list(empty.columns) == list(VERDICT_COLUMNS)
     no_metric = verdicts(pts.drop(columns="accuracy"))
@@ -675,6 +707,72 @@ def test_verdicts_read_the_metric_asked_for() -> None:
     assert table.iloc[1]["claim"] == "sppo reaches grpo's final score with fewer rollout samples"
     assert table.iloc[1]["effect"] == est.effect
     assert est.effect != rollouts_to_match(scored, "sppo", "grpo", "arith", SAMPLES).effect
+
+
+def test_documented_defaults_10000_replicates_seed_0_95_percent() -> None:
+    """Every estimator defaults to 10,000 replicates from seed 0 and a 95% interval (what the
+    report prints). The 12 seeds' values are built so that the 10,001st replicate of seed 0
+    (whose seed indices are known) has one of the lowest means: one replicate more would move
+    the lower end, as would another seed (both checked, so that the test can see them)."""
+    extra = np.random.default_rng(0).integers(0, 12, size=(10_001, 12))[-1]
+    v = -np.bincount(extra, minlength=12) / 10 + np.random.default_rng(1).normal(0, 1e-3, 12)
+    pts = pd.concat(
+        [
+            _finals_frame({"sppo": [0.3] * 12, "ppo": [0.3] * 12}, "arith_h1"),
+            _finals_frame({"sppo": list(0.5 + v), "ppo": [0.5] * 12}, "arith_h2"),
+        ],
+        ignore_index=True,
+    )
+
+    def ends(**kw: object) -> tuple[float, float]:
+        est = paired_difference(pts, "sppo", "ppo", "arith_h2", **kw)
+        return est.lo, est.hi
+
+    assert ends() == ends(reps=10_000, seed=0, confidence=0.95)
+    assert ends() != ends(reps=10_001) and ends() != ends(seed=1)
+    num, den = 100 + 100 * v, np.full(12, 100.0)
+
+    def ratio(**kw: object) -> tuple[float, float, float, float]:
+        return paired_ratio_of_means(num, num, den, den, **kw)
+
+    assert ratio() == ratio(reps=10_000, seed=0, confidence=0.95)
+    assert ratio() != ratio(reps=10_001) and ratio() != ratio(seed=1)
+    a = {s: [(0.0, 0.0), (num[s], 0.5), (2 * num[s], 1.0)] for s in range(12)}
+    match = _match(a, {s: (100.0, 0.5) for s in range(12)}).replace({"b": "grpo"})
+
+    def rollouts(**kw: object) -> tuple[float, float]:
+        est = rollouts_to_match(match, "a", dataset="arith", **kw)
+        return est.lo, est.hi
+
+    assert rollouts() == rollouts(reps=10_000, seed=0, confidence=0.95)
+    assert rollouts() != rollouts(reps=10_001) and rollouts() != rollouts(seed=1)
+    assert rollouts(seed=3) == rollouts(reps=10_000, seed=3)  # the seed is passed on
+
+    def table(**kw: object) -> list[float]:
+        return verdicts(pts, **kw)[["lo", "hi"]].to_numpy().ravel().tolist()
+
+    assert table() == table(reps=10_000, seed=0, confidence=0.95) == list(ends())
+    assert table() != table(reps=10_001) and table() != table(seed=1)
+
+
+def test_interval_ends_sit_at_the_nominal_rank() -> None:
+    """The lower end is the replicate at rank floor(alpha (reps - 1)) of the sorted replicates,
+    the upper one at ceil((1 - alpha) (reps - 1)): with 189 replicates and 80% over 6 seeds,
+    alpha (reps - 1) = 9.96, so the ends are the 10th replicate from each side, for a mean and
+    for a ratio of means (a tail 1% wider would reach the 11th: checked)."""
+    v = np.array([0.0513, -0.0217, 0.1131, 0.0437, 0.0829, 0.0101])
+    pts = _finals_frame({"a": list(0.3 + v), "b": [0.3] * 6})
+    values = (0.3 + v) - 0.3
+    est = paired_difference(pts, "a", "b", "arith", reps=189, seed=1, confidence=0.8)
+    alpha = _tail(6, 0.8)
+    assert 9.9 < alpha * 188 < 10 < 1.01 * alpha * 188
+    boot = np.sort(values[_indices(6, 189, 1)].mean(axis=1))
+    assert est.lo == boot[9] != boot[10] and est.hi == boot[-10] != boot[-11]
+    num, den = np.array([3.1, 4.7, 2.2, 5.3, 3.9, 4.4]), np.array([5.0, 6.1, 4.2, 7.7, 5.5, 6.6])
+    _, lo, hi, _ = paired_ratio_of_means(num, num, den, den, reps=189, seed=1, confidence=0.8)
+    idx = _indices(6, 189, 1)
+    r = np.sort(num[idx].sum(axis=1) / den[idx].sum(axis=1))
+    assert lo == r[9] != r[10] and hi == r[-10] != r[-11]
 
 
 # --- the text --------------------------------------------------------------------------------
