@@ -222,9 +222,11 @@ def seed_curves(
 
     Points of several runs of one seed at the same budget fraction are averaged.
     """
-    sub = _rows(points, dataset, dict.fromkeys([x, metric]))
-    sub = sub[sub["algorithm"] == algorithm]
     out: dict[object, tuple[np.ndarray, np.ndarray]] = {}
+    sub = _rows(points, dataset, dict.fromkeys([x, metric]))
+    if sub.empty:  # no seed column (nothing to pair) or no point
+        return out
+    sub = sub[sub["algorithm"] == algorithm]
     key = _order_key(sub)[0]
     for s, cell in sub.groupby("seed", sort=True):
         curve = cell.groupby(key, sort=True)[[x, metric]].mean()
