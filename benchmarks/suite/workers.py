@@ -277,6 +277,17 @@ def _render(item: Any, bar: Any, bar_ids: dict[str, Any]) -> None:
         bar.update(bar_ids[item[1]], **item[2])
 
 
+def _by_start(
+    plan: Any, work: list[tuple[int, list[str]]]
+) -> dict[int, list[tuple[int, list[str]]]]:
+    """``work`` grouped by warm-start seed, so each start is built once and its seeds' runs are
+    submitted when it is ready (seeds share a start unless ``warmstart.per_seed``)."""
+    starts: dict[int, list[tuple[int, list[str]]]] = {}
+    for seed, names in work:
+        starts.setdefault(plan.start_seed(seed), []).append((seed, names))
+    return starts
+
+
 def run_parallel(
     *,
     jobs: int,
@@ -303,9 +314,7 @@ def run_parallel(
         initializer=_init_worker,
         initargs=(plan, level, q),
     ) as pool:
-        starts: dict[int, list[tuple[int, list[str]]]] = {}  # start seed -> its seeds' runs
-        for seed, names in work:
-            starts.setdefault(plan.start_seed(seed), []).append((seed, names))
+        starts = _by_start(plan, work)
         pending: dict[Future, tuple[str, int, Any]] = {}
         for start, group in starts.items():  # warm starts first: the next is built meanwhile
             pending[pool.submit(_warm_start, start)] = ("warm start", start, group)
@@ -373,9 +382,7 @@ def run_on_ray(
         q = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": here})
         token = uuid.uuid4().hex
         plan_ref = ray.put(plan)
-        starts: dict[int, list[tuple[int, list[str]]]] = {}
-        for seed, names in work:
-            starts.setdefault(plan.start_seed(seed), []).append((seed, names))
+        starts = _by_start(plan, work)
         log.info(
             "running %d seeds' runs as Ray tasks of %d CPU(s) each on %s",
             len(work),
