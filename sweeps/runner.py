@@ -705,7 +705,9 @@ def _open_studies(plan: _Plan, resume: bool) -> _Studies:
 
     Done once before any worker starts, so workers only ever load a study (never race to create
     one). A new study gets the spec and the spec's enqueued points; an existing one is refused
-    without ``resume`` and checked to optimise in the spec's direction.
+    without ``resume`` and checked to optimise in the spec's direction. A resumed study also
+    gets the spec's enqueued points it holds no trial for, so extending a queued grid (and
+    ``trials``) in the spec and resuming runs only the new points.
     """
     import optuna
 
@@ -732,13 +734,15 @@ def _open_studies(plan: _Plan, resume: bool) -> _Studies:
             study.set_user_attr("spec", _spec_dict(spec))
             if alg is not None:
                 study.set_user_attr("algorithm", alg)
-            for entry in spec.enqueue:
-                params = dict(entry)
-                if alg is not None and params["algorithm"] != alg:
-                    continue
-                if alg is not None or len(spec.algorithms) == 1:
-                    params.pop("algorithm")
-                study.enqueue_trial(params, user_attrs={"enqueued": True})
+        for entry in spec.enqueue:
+            params = dict(entry)
+            if alg is not None and params["algorithm"] != alg:
+                continue
+            if alg is not None or len(spec.algorithms) == 1:
+                params.pop("algorithm")
+            # On resume only the points the study has not seen are queued: a grid extended in
+            # the spec (more points, more trials) runs just its new points.
+            study.enqueue_trial(params, user_attrs={"enqueued": True}, skip_if_exists=True)
         studies[sname] = (study, alg)
     return _Studies(opt_storage, studies)
 

@@ -214,6 +214,23 @@ def test_resume_ends_with_exactly_the_requested_trials(tmp_path, base):
     assert len(_values_are_the_runs_accuracies(stores, exp.name, ["res"])) == 2
 
 
+def test_resume_runs_only_the_points_a_spec_adds_to_its_grid(tmp_path, base):
+    """A queued grid extended in the spec (one more point, one more trial) and resumed runs the
+    new point alone: the two old points are neither queued again nor rerun."""
+    grid = [{"algorithm.sppo.actor_lr": 1e-4}, {"algorithm.sppo.actor_lr": 2e-4}]
+    stores = _stores(tmp_path)
+    run_sweep(parse_spec(_spec(base, trials=2, enqueue=grid), name="grid"), **stores)
+    wider = [*grid, {"algorithm.sppo.actor_lr": 5e-5}]
+    spec = parse_spec(_spec(base, trials=3, enqueue=wider), name="grid")
+    result = run_sweep(spec, resume=True, **stores)
+
+    assert result.trials_run == 1
+    trials = optuna.load_study(study_name="grid", storage=stores["storage"]).trials
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 3
+    assert [t.params["algorithm.sppo.actor_lr"] for t in trials] == [1e-4, 2e-4, 5e-5]
+    assert all(t.user_attrs["enqueued"] for t in trials)
+
+
 def test_median_pruner_stops_a_collapsing_learning_rate(tmp_path, base):
     """Two good learning rates complete; actor lr 1e-2 collapses the policy after one step and is
     pruned before spending its full budget. (No critic warm-up: the actor moves from step 0.)"""
