@@ -16,7 +16,7 @@ that must pass before a verdict is drawn (:mod:`analysis.gates`)::
         gates:
           start_max: 0.8                 # start accuracy at most this (shortest, longest group)
           gain_min: 0.05                 # best final gain over the start at least this (same)
-          final_min:                     # a run metric at the end: mean over runs at least this
+          final_min:                     # a run metric at the end: on every start at least this
             ppo: {critic/heldout_explained_variance: 0.1}
             sppo: {critic/calibration_pearson: 0.3}
 
@@ -90,7 +90,8 @@ class Family:
 class Gates:
     """A claim's preconditions: per group it uses (its shortest and longest), the start's
     accuracy at most ``start_max`` and the best algorithm's mean gain at least ``gain_min``; per
-    algorithm, a metric's mean over its runs at their final eval at least ``final_min``."""
+    algorithm, a metric's final value (mean over each start's runs) at least ``final_min`` on
+    every start."""
 
     start_max: float | None = None
     gain_min: float | None = None

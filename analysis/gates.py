@@ -11,8 +11,10 @@ on most):
 * ``gain_min``: the best algorithm's mean gain at the group (final eval minus first, over its
   runs), at least this (learning is visible there);
 * ``final_min``: per algorithm and metric, the metric's last value in each of its runs, averaged
-  over runs, at least this (``ppo: {critic/heldout_explained_variance: 0.1}``: the token critic
-  explains held-out returns).
+  over each start's runs, at least this on every start (``ppo:
+  {critic/heldout_explained_variance: 0.1}``: the token critic explains held-out returns). The
+  start is the unit of replication, so a critic idle on one start fails the gate: that start's
+  effect would compare against a critic-free method under the critic method's name.
 
 A claim with a failing gate reads ``untestable on this testbed: <gate> = <value> (needs
 <threshold>)`` instead of a verdict (:func:`untestable`); its p-value counts as 1 in its family.
@@ -104,22 +106,36 @@ def _run_accuracy(items: pd.DataFrame, dataset: str) -> pd.DataFrame:
     return pd.DataFrame({"first": acc.first(), "last": acc.last()}).reset_index()
 
 
-def _final_metric(df: pd.DataFrame, algorithm: str, metric: str) -> float:
-    """Mean over the algorithm's runs of the metric's value at its last logged step."""
-    rows = df[(df["algorithm"] == algorithm) & (df["metric"] == metric)]
-    rows = rows.dropna(subset=["value"])
+def _final_by_start(
+    df: pd.DataFrame, items: pd.DataFrame, algorithm: str, metric: str
+) -> pd.DataFrame:
+    """Per start, the metric's last logged value in each of the algorithm's runs, averaged over
+    the start's runs: columns ``start``, ``value``, ``runs``, weakest start first. Runs the item
+    table does not place (no ``run_id``/``start`` columns, or a run without items) form one
+    group, ``start`` NaN."""
+    rows = df[(df["algorithm"] == algorithm) & (df["metric"] == metric)].dropna(subset=["value"])
+    cols = ["start", "value", "runs"]
     if rows.empty:
-        return float("nan")
+        return pd.DataFrame(columns=cols)
     last = rows.sort_values("step", kind="stable").groupby("run_id")["value"].last()
-    return float(last.mean())
+    frame = last.rename("value").to_frame()
+    if {"run_id", "start"} <= set(items.columns):
+        start_of = items.drop_duplicates("run_id").set_index("run_id")["start"]
+        frame["start"] = start_of.reindex(frame.index).to_numpy()
+    else:
+        frame["start"] = np.nan
+    g = frame.groupby("start", dropna=False)["value"]
+    out = pd.DataFrame({"value": g.mean(), "runs": g.size()}).reset_index()
+    return out.sort_values(["value", "start"], kind="stable").reset_index(drop=True)[cols]
 
 
 def per_start_finals(
     claims: Sequence[Claim], items: pd.DataFrame, df: pd.DataFrame
 ) -> pd.DataFrame:
     """The ``final_min`` gates' metrics start by start: one row per (start, algorithm, metric),
-    the metric's last value in each run of that start, averaged over its RL seeds. A gate reads
-    their mean over runs; this shows whether every start's critic learns, or a few carry it.
+    the metric's last value in each run of that start, averaged over its RL seeds. The gate
+    reads the weakest start: a critic that learns on four starts and sits idle on the fifth
+    leaves that start's comparison one against a critic-free method.
 
     Args:
         claims: the declared claims (their ``final_min`` gates name the metrics).
@@ -132,17 +148,11 @@ def per_start_finals(
     cols = ["start", "algorithm", "metric", "value", "runs", "threshold"]
     if not wanted or items.empty or df.empty:
         return pd.DataFrame(columns=cols)
-    start_of = items.drop_duplicates("run_id").set_index("run_id")["start"]
     rows = []
     for algorithm, metric, threshold in sorted(wanted):
-        sel = df[(df["algorithm"] == algorithm) & (df["metric"] == metric)].dropna(subset=["value"])
-        if sel.empty:
-            continue
-        last = sel.sort_values("step", kind="stable").groupby("run_id")["value"].last()
-        frame = last.rename("value").to_frame()
-        frame["start"] = start_of.reindex(frame.index).to_numpy()
-        for start, g in frame.dropna(subset=["start"]).groupby("start"):
-            rows.append((start, algorithm, metric, float(g["value"].mean()), len(g), threshold))
+        per = _final_by_start(df, items, algorithm, metric).dropna(subset=["start"])
+        for r in per.sort_values("start", kind="stable").itertuples():
+            rows.append((r.start, algorithm, metric, float(r.value), int(r.runs), threshold))
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -171,8 +181,13 @@ def evaluate_gates(claim: Claim, items: pd.DataFrame, df: pd.DataFrame | None) -
                 gates.append(Gate(name, value, g.gain_min, ">="))
     for algorithm, metrics in g.final_min.items():
         for metric, minimum in metrics.items():
-            value = float("nan") if df is None else _final_metric(df, algorithm, metric)
-            gates.append(Gate(f"{algorithm} {metric} at the end", value, minimum, ">="))
+            name, value = f"{algorithm} {metric} at the end", float("nan")
+            per = None if df is None else _final_by_start(df, items, algorithm, metric)
+            if per is not None and len(per):
+                value = float(per["value"].iloc[0])
+                if len(per) > 1:
+                    name += f", weakest of {len(per)} starts ({per['start'].iloc[0]})"
+            gates.append(Gate(name, value, minimum, ">="))
     return gates
 
 

@@ -459,7 +459,7 @@ def _claims_section(
         w.table(
             "claims_gates_per_start",
             "The critics' gate metrics per start (final value, mean over the start's RL seeds; "
-            "the gate reads their mean over runs)",
+            "the gate needs every start at its minimum)",
             critics,
             wide.reset_index(),
         )

@@ -174,9 +174,10 @@ def test_a_gate_whose_metric_was_not_logged_fails_as_not_measured():
     )
 
 
-def test_per_start_finals_shows_each_starts_critic_and_their_mean_is_the_gates():
+def test_the_critic_gate_fails_when_one_start_s_critic_sits_idle():
     """Two starts x two seeds of PPO: start s0's critic learns (0.3, 0.1 at the end), s1's
-    does not (0.0, 0.02); the gate reads the mean over all four runs, the table each start's."""
+    does not (0.0, 0.02). The mean over the four runs (0.105) would pass a 0.1 gate; the gate
+    reads each start and fails on s1, the table shows both."""
     (horizon, _) = _claims(final_min={"ppo": {"critic/heldout_explained_variance": 0.1}})
     ends = {("s0", 0): 0.3, ("s0", 1): 0.1, ("s1", 0): 0.0, ("s1", 1): 0.02}
     rows, items = [], []
@@ -197,6 +198,12 @@ def test_per_start_finals_shows_each_starts_critic_and_their_mean_is_the_gates()
     table = per_start_finals([horizon], items, df)
     got = {r.start: (round(r.value, 9), r.runs, r.threshold) for r in table.itertuples()}
     assert got == {"s0": (0.2, 2, 0.1), "s1": (0.01, 2, 0.1)}
-    (gate,) = evaluate_gates(horizon, _items(START, LEARNS), df)
-    assert gate.value == pytest.approx(table["value"].mean(), abs=1e-12)
+    (gate,) = evaluate_gates(horizon, items, df)
+    assert gate.name == "ppo critic/heldout_explained_variance at the end, weakest of 2 starts (s1)"
+    assert gate.value == pytest.approx(0.01, abs=1e-12) and not gate.passes
+    assert table["value"].mean() == pytest.approx(0.105, abs=1e-12)  # what a mean would have read
+    # runs the item table cannot place on a start form one group: the mean over runs
+    (pooled,) = evaluate_gates(horizon, items.drop(columns="start"), df)
+    assert pooled.name == "ppo critic/heldout_explained_variance at the end"
+    assert pooled.value == pytest.approx(0.105, abs=1e-12) and pooled.passes
     assert per_start_finals(_claims(), items, df).empty  # no final_min gate: nothing to show
