@@ -506,7 +506,11 @@ def _summarize(
             continue
         try:
             imp = get_param_importances(study, evaluator=FanovaImportanceEvaluator(seed=spec.seed))
-            importances[name] = {k: float(v) for k, v in imp.items()}
+            # Optuna reads only parameters whose range is the same in every complete trial: a
+            # range widened on --resume leaves none.
+            importances[name] = {k: float(v) for k, v in imp.items()} or (
+                "no parameter has the same range in every complete trial"
+            )
         except (ValueError, RuntimeError, optuna.exceptions.OptunaError) as e:
             same = "zero total variance" in str(e)
             importances[name] = (

@@ -215,20 +215,24 @@ def test_resume_ends_with_exactly_the_requested_trials(tmp_path, base):
 
 
 def test_resume_runs_only_the_points_a_spec_adds_to_its_grid(tmp_path, base):
-    """A queued grid extended in the spec (one more point, one more trial) and resumed runs the
-    new point alone: the two old points are neither queued again nor rerun."""
+    """A queued grid extended downward in the spec (its range widened, one more point, one more
+    trial) and resumed runs the new point alone: the two old points are neither queued again nor
+    rerun. Optuna's importances then have no parameter with one range in every trial, and the
+    summary says so rather than printing nothing."""
     grid = [{"algorithm.sppo.actor_lr": 1e-4}, {"algorithm.sppo.actor_lr": 2e-4}]
     stores = _stores(tmp_path)
     run_sweep(parse_spec(_spec(base, trials=2, enqueue=grid), name="grid"), **stores)
-    wider = [*grid, {"algorithm.sppo.actor_lr": 5e-5}]
-    spec = parse_spec(_spec(base, trials=3, enqueue=wider), name="grid")
+    wider = [*grid, {"algorithm.sppo.actor_lr": 1e-5}]
+    space = {"algorithm.{alg}.actor_lr": {**LR, "low": 1e-5}}
+    spec = parse_spec(_spec(base, trials=3, enqueue=wider, search_space=space), name="grid")
     result = run_sweep(spec, resume=True, **stores)
 
     assert result.trials_run == 1
     trials = optuna.load_study(study_name="grid", storage=stores["storage"]).trials
     assert [t.state.name for t in trials] == ["COMPLETE"] * 3
-    assert [t.params["algorithm.sppo.actor_lr"] for t in trials] == [1e-4, 2e-4, 5e-5]
+    assert [t.params["algorithm.sppo.actor_lr"] for t in trials] == [1e-4, 2e-4, 1e-5]
     assert all(t.user_attrs["enqueued"] for t in trials)
+    assert result.importances == {"grid": "no parameter has the same range in every complete trial"}
 
 
 def test_median_pruner_stops_a_collapsing_learning_rate(tmp_path, base):
