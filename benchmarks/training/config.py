@@ -26,12 +26,13 @@ log = logging.getLogger(__name__)
 
 __all__ = ["CRITIC_HEAD_INITS", "PER_ALGORITHM", "TrainerConfig", "trainer_defaults"]
 
-#: ``trainer.critic_head_init``. zero: verl's zero head (a prompt critic starts at p = 0.5, a
-#: token critic at V = 0); start_success: the bias set, before the first critic forward, to the
+#: ``trainer.critic_head_init``. zero: a zero head (a prompt critic starts at p = 0.5, a token
+#: critic at V = 0); start_success: the bias set, before the first critic forward, to the
 #: first batch's mean success s (the warm start's), as logit(s) for a prompt critic and s for a
 #: token critic, so the critic starts at the constant predictor's optimum instead of learning it;
 #: normal: HF's token-classification head (weights ~ N(0, initializer_range), bias 0, drawn from
-#: the run's seed), so every hidden direction gets a gradient from the first step on.
+#: the run's seed), so every hidden direction gets a gradient from the first step on; verl's critic
+#: is built this way (its head is missing from the policy's checkpoint, so HF initialises it).
 CRITIC_HEAD_INITS = ("zero", "start_success", "normal")
 
 #: Fields set per algorithm (``algorithm.<name>.actor_lr`` / ``critic_lr``), not in ``trainer``.
@@ -139,9 +140,9 @@ class TrainerConfig:
     )
     critic_head_init: str = config_field(
         "zero",
-        f"The critic head's start, one of {list(CRITIC_HEAD_INITS)}: zero (verl's), "
-        "start_success (its bias at the first batch's mean success) or normal (HF's "
-        "token-classification head: N(0, initializer_range) weights, zero bias).",
+        f"The critic head's start, one of {list(CRITIC_HEAD_INITS)}: zero, start_success (its "
+        "bias at the first batch's mean success) or normal (HF's token-classification head: "
+        "N(0, initializer_range) weights, zero bias; verl's critic starts this way).",
     )
     prompt_pool: int | None = config_field(
         None,

@@ -40,6 +40,7 @@ exceeds e^20 < 1e9 and the bound is never active. verl's GRPO epsilon is fixed a
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -50,6 +51,8 @@ from algorithms import Algorithm, ConfigError
 from algorithms.base import Algorithm as _AlgorithmBase
 from benchmarks.suite.plan import SuitePlan
 from benchmarks.training.config import TrainerConfig
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "ALGORITHM_ENV",
@@ -286,8 +289,12 @@ def _critic_path(trainer: TrainerConfig, eng: Mapping[str, Any], model: str) -> 
 def _critic_schedule(trainer: TrainerConfig, prompts: int) -> dict[str, Any]:
     """The trainer's critic settings as verl's: warm-up steps (``trainer.critic_warmup``),
     epochs (``critic.ppo_epochs``) and mini-batches (``critic.ppo_mini_batch_size``, in prompts
-    as verl counts it). Unset (null) settings leave the algorithm's own values in place. verl
-    builds its critic head itself, so only the zero head (``critic_head_init=zero``) is offered."""
+    as verl counts it). Unset (null) settings leave the algorithm's own values in place.
+
+    verl builds its critic head itself: ``AutoModelForTokenClassification.from_pretrained`` on the
+    policy's checkpoint, whose missing ``score`` layer HF initialises as ``normal`` does here
+    (N(0, initializer_range) weights, zero bias). So ``normal`` is what runs; the trainer's
+    default ``zero`` cannot reach verl (said in the log), and ``start_success`` is refused."""
     out: dict[str, Any] = {}
     if trainer.critic_warmup_steps is not None:
         out["trainer.critic_warmup"] = int(trainer.critic_warmup_steps)
@@ -300,10 +307,16 @@ def _critic_schedule(trainer: TrainerConfig, prompts: int) -> dict[str, Any]:
                 f"prompts per step ({prompts}) on engine=verl"
             )
         out["critic.ppo_mini_batch_size"] = prompts // trainer.critic_mini_batches
-    if trainer.critic_head_init != "zero":
+    if trainer.critic_head_init not in ("normal", "zero"):
         raise ConfigError(
             f"trainer.critic_head_init={trainer.critic_head_init!r}: engine=verl initialises its "
-            "critic's head itself; allowed there: ['zero']"
+            "critic's head itself, as HF's token-classification head; allowed there: ['normal'] "
+            "(or the default 'zero', which runs verl's head too)"
+        )
+    if trainer.critic_head_init == "zero":
+        log.warning(
+            "engine=verl: trainer.critic_head_init=zero does not reach verl, whose critic head is "
+            "HF's token-classification head (normal); trainer.critic_head_init=normal says so"
         )
     return out
 

@@ -29,8 +29,19 @@ def test_refusals_name_the_key():
     with pytest.raises(ConfigError, match=r"trainer.critic_mini_batches=4 must divide .* \(6\)"):
         _critic_schedule(t, 6)
     t = TrainerConfig(samples_per_step=64, critic_head_init="start_success")
-    with pytest.raises(ConfigError, match=r"critic_head_init='start_success'.*\['zero'\]"):
+    with pytest.raises(ConfigError, match=r"critic_head_init='start_success'.*\['normal'\]"):
         _critic_schedule(t, 16)
+
+
+def test_verls_critic_head_is_hfs_normal_one_and_a_zero_head_is_said_not_to_reach_it(caplog):
+    """verl builds its critic as HF's token-classification model, whose head HF initialises
+    normally: ``normal`` runs as set; the trainer's default ``zero`` runs too, with a warning."""
+    caplog.set_level("WARNING", logger="benchmarks.verl_engine.translate")
+    assert _critic_schedule(TrainerConfig(samples_per_step=64, critic_head_init="normal"), 16) == {}
+    assert caplog.records == []
+    assert _critic_schedule(TrainerConfig(samples_per_step=64, critic_head_init="zero"), 16) == {}
+    (record,) = caplog.records
+    assert "critic_head_init=zero does not reach verl" in record.getMessage()
 
 
 def test_critic_model_maps_onto_critic_model_path():
