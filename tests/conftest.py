@@ -15,6 +15,19 @@ from testkit.suites import MICRO
 os.environ.setdefault("SPPO_BENCH_JOBS", "1")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_store_left_in_the_checkout():
+    """Fail the session when a test leaves an MLflow store or artifact folder in the working
+    directory (an experiment created without an ``artifact_location`` under a temp dir does):
+    another test that looks for its own ``./mlruns`` would then read this one's."""
+    stray = [Path.cwd() / name for name in ("mlruns", "mlartifacts")]
+    before = {p for p in stray if p.exists()}
+    yield
+    left = [str(p) for p in stray if p.exists() and p not in before]
+    if left:
+        pytest.fail(f"tests left {left} in the working directory; write under tmp_path")
+
+
 @pytest.fixture
 def data_dir() -> Path:
     """The real benchmark data; skipped without it, a failure under ``CI``."""
