@@ -1,0 +1,153 @@
+"""Properties of the tasks that the other task tests left unstated, found by mutation testing
+(docs/mutation.md): each test below failed on at least one mutant that the rest of
+``tests/tasks`` let through. They read the real data in ``../shared/data`` and grade with the
+real graders; the hub is the one thing replaced (no network here), by a stand-in passed where
+``load_dataset`` passes the ``datasets`` module.
+"""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from benchmarks.tasks.arith import ArithTask
+from benchmarks.tasks.datasets import (
+    _ANSWER_TRANSFORMS,
+    DATASETS,
+    DatasetSpec,
+    Problem,
+    _read_hub,
+    _spec,
+    load_dataset,
+    prompt_messages,
+)
+from benchmarks.tasks.grading import Grader, GradeResult, extract_answer
+
+INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+
+
+# --- arith -------------------------------------------------------------------------------------
+
+
+def test_facts_are_the_whole_single_step_table() -> None:
+    """The warm start's facts are every ``a op b`` over digit pairs and the three operations,
+    once each, with the step as its solution: 300, not a sample, not longer chains."""
+    facts = ArithTask(horizon=1, eval_size=1).facts()
+    assert len(facts) == 300
+    expected = {f"{a}{op}{b}=" for a in range(10) for op in "+-*" for b in range(10)}
+    assert {f.prompt for f in facts} == expected
+    for f in facts:
+        a, op, b = int(f.prompt[0]), f.prompt[1], int(f.prompt[2])
+        value = {"+": a + b, "-": a - b, "*": a * b}[op] % 10
+        assert (f.answer, f.solution) == (str(value), f"{f.prompt}{value};#{value}")
+
+
+# --- datasets: the hub's columns mapped to our answers -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("transform", "value", "answer"),
+    [
+        # GSM8K solutions end in "#### <answer>"; the answer is after the last marker.
+        ("gsm8k_final", "3 + 4 = <<3+4=7>>7\n#### 1,234", "1234"),
+        ("gsm8k_final", "####72", "72"),
+        ("gsm8k_final", "a #### 5 then #### 7", "7"),
+        ("gsm8k_final", "no marker", ""),
+        # AIME/AMC store floats: 27.0 is 27, anything else is kept as written.
+        ("integer_float", 27.0, "27"),
+        ("integer_float", "-025", "-25"),
+        ("integer_float", 27.5, "27.5"),
+        ("integer_float", "x", "x"),
+        # OlympiadBench: the first of a list of answers, without its dollars.
+        ("first_no_dollars", ["$69$", "$70$"], "69"),
+        ("first_no_dollars", "$\\frac{1}{2}$", "\\frac{1}{2}"),
+        ("first_no_dollars", [], ""),
+        ("first_no_dollars", None, ""),
+        # MATH: the last box of the solution; none gives the empty answer (the row is skipped).
+        ("last_boxed", "So \\boxed{1} and then \\boxed{\\frac{3}{4}}.", "\\frac{3}{4}"),
+        ("last_boxed", "no box here", ""),
+        ("identity", "  \\pi  ", "\\pi"),
+    ],
+)
+def test_hub_answer_transforms(transform: str, value: object, answer: str) -> None:
+    """Each transform reproduces the normalisation of the local files (shared/data/README.md);
+    an empty result marks a row without an answer."""
+    assert _ANSWER_TRANSFORMS[transform](value) == answer
+
+
+def test_hub_rows_without_an_answer_are_skipped_not_the_end() -> None:
+    """A row whose answer is empty becomes a gap (``None``, counted and skipped later) and the
+    rows after it are still read; rows without an id column are numbered by their position."""
+    rows = [
+        {"question": "q0", "answer": "#### 1"},
+        {"question": "q1", "answer": "no marker"},
+        {"question": "q2", "answer": "#### 3"},
+    ]
+    seen: list[tuple] = []
+
+    def load_dataset_stand_in(hub_id: str, config: str | None, split: str) -> list[dict]:
+        seen.append((hub_id, config, split))
+        return rows
+
+    hub = types.SimpleNamespace(load_dataset=load_dataset_stand_in)
+    got = _read_hub(DATASETS["gsm8k"], hub)
+    assert got == [
+        Problem(id="gsm8k-0", question="q0", answer="1"),
+        None,
+        Problem(id="gsm8k-2", question="q2", answer="3"),
+    ]
+    assert seen == [("openai/gsm8k", "main", "test")]
+
+
+def test_a_spec_registers_under_its_own_name() -> None:
+    """The registry's entries are built by ``_spec`` (at import): positional and keyword fields
+    both reach the spec, and its key is the spec's name."""
+    name, spec = _spec("x", "x/test.jsonl", 3, "integer", hub_id="o/x", hub_split="test")
+    assert name == "x"
+    assert spec == DatasetSpec(
+        name="x", path="x/test.jsonl", rows=3, grader="integer", hub_id="o/x", hub_split="test"
+    )
+
+
+def test_unknown_dataset_message_lists_the_names_in_full() -> None:
+    """The message a user reads to fix ``task.name``: every valid name, sorted, comma-separated."""
+    with pytest.raises(ValueError) as info:
+        load_dataset("math5000")
+    assert str(info.value) == (
+        "unknown dataset 'math5000'; valid names: aime24, aime25, amc23, gsm8k, gsm8k_train, "
+        "math, math500, math_test, minerva, olympiadbench"
+    )
+
+
+def test_prompt_messages_of_every_template_in_full() -> None:
+    """The messages verl's parquet and chat templates receive: a text template is one user
+    message with the whole prompt, a chat template its system message (if any) then the user's."""
+    p = Problem(id="t", question="What is $1+1$?", answer="2")
+    assert prompt_messages(p, "plain") == [
+        {"role": "user", "content": f"Question: What is $1+1$?\n{INSTRUCTION}\nAnswer:"}
+    ]
+    assert prompt_messages(p, "qwen_math_chat") == [
+        {"role": "system", "content": INSTRUCTION},
+        {"role": "user", "content": "What is $1+1$?"},
+    ]
+
+
+# --- grading -----------------------------------------------------------------------------------
+
+
+def test_integer_gold_answers_with_separators_and_signs() -> None:
+    """A gold written with thousands separators (``2,125``) is the integer it denotes, and the
+    sign counts: ``-7`` is not ``7``."""
+    with Grader("integer") as g:
+        result = g.grade(
+            ["\\boxed{2125}", "\\boxed{2,125}", "\\boxed{-7}", "\\boxed{7}", "\\boxed{-7}"],
+            ["2,125", "2,125.0", "7", "-7", "-7"],
+        )
+    assert result == GradeResult(scores=[1.0, 1.0, 0.0, 0.0, 1.0], timeouts=0, errors=0)
+
+
+def test_integer_extraction_unwraps_text_it_cannot_reduce() -> None:
+    """A box holding text with two numbers is not reduced to one of them; it is shown as its
+    text, without the ``\\text{}`` wrapper (what the eval tables display)."""
+    assert extract_answer("\\boxed{\\text{3 or 4}}", "integer") == "3 or 4"
