@@ -147,7 +147,20 @@ def test_integer_gold_answers_with_separators_and_signs() -> None:
     assert result == GradeResult(scores=[1.0, 1.0, 0.0, 0.0, 1.0], timeouts=0, errors=0)
 
 
-def test_integer_extraction_unwraps_text_it_cannot_reduce() -> None:
-    """A box holding text with two numbers is not reduced to one of them; it is shown as its
-    text, without the ``\\text{}`` wrapper (what the eval tables display)."""
-    assert extract_answer("\\boxed{\\text{3 or 4}}", "integer") == "3 or 4"
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("\\boxed{\\text{3 or 4}}", "3 or 4"),
+        ("\\boxed{\\$3 or \\$4}", "3 or  4"),
+        ("\\boxed{$3$ or $4$}", "3  or  4"),
+        ("\\boxed{3\\% or 4\\%}", "3  or 4"),
+        ("\\boxed{3% or 4%}", "3  or 4"),
+        ("\\boxed{90^\\circ or 45^{\\circ}}", "90 or 45"),
+        ("\\boxed{3 \\quad or\\, 4}", "3   or  4"),
+    ],
+)
+def test_integer_extraction_cleans_what_it_cannot_reduce(text: str, shown: str) -> None:
+    """A box holding two numbers is not reduced to one of them (the grader scores it 0); the eval
+    tables show its text with the wrappers, units and spacing commands blanked out, as the
+    single-number case removes them."""
+    assert extract_answer(text, "integer") == shown
