@@ -157,6 +157,9 @@ def test_integer_gold_answers_with_separators_and_signs() -> None:
         ("\\boxed{3% or 4%}", "3  or 4"),
         ("\\boxed{90^\\circ or 45^{\\circ}}", "90 or 45"),
         ("\\boxed{3 \\quad or\\, 4}", "3   or  4"),
+        ("#### 3 or 4.", "3 or 4"),  # the sentence's final period, not a decimal point
+        ("#### .5 or 4", ".5 or 4"),
+        ("#### 7 and 8 fit box X.", "7 and 8 fit box X"),
     ],
 )
 def test_integer_extraction_cleans_what_it_cannot_reduce(text: str, shown: str) -> None:
@@ -164,3 +167,14 @@ def test_integer_extraction_cleans_what_it_cannot_reduce(text: str, shown: str) 
     tables show its text with the wrappers, units and spacing commands blanked out, as the
     single-number case removes them."""
     assert extract_answer(text, "integer") == shown
+
+
+@pytest.mark.parametrize(
+    ("text", "answer"),
+    [("\\boxed{2x = 10}", "10"), ("\\boxed{y = 2x = 10}", "10"), ("#### x=3", "3")],
+)
+def test_integer_extraction_reads_the_value_after_the_last_equals_sign(
+    text: str, answer: str
+) -> None:
+    """``2x = 10`` answers 10 (not its coefficient 2), also in a chain of equalities."""
+    assert extract_answer(text, "integer") == answer
