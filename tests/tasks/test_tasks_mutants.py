@@ -178,3 +178,11 @@ def test_integer_extraction_reads_the_value_after_the_last_equals_sign(
 ) -> None:
     """``2x = 10`` answers 10 (not its coefficient 2), also in a chain of equalities."""
     assert extract_answer(text, "integer") == answer
+
+
+def test_a_number_with_a_trailing_fragment_is_not_read_as_its_prefix() -> None:
+    """``12.0.5`` (a version, a date, a typo) holds one well-formed number, ``12.0``, and a
+    leftover digit: it is shown whole and is not the integer 12."""
+    assert extract_answer("#### 12.0.5", "integer") == "12.0.5"
+    with Grader("integer") as g:
+        assert g.grade(["#### 12.0.5", "#### 12.0"], ["12", "12"]).scores == [0.0, 1.0]
