@@ -186,3 +186,19 @@ def test_a_number_with_a_trailing_fragment_is_not_read_as_its_prefix() -> None:
     assert extract_answer("#### 12.0.5", "integer") == "12.0.5"
     with Grader("integer") as g:
         assert g.grade(["#### 12.0.5", "#### 12.0"], ["12", "12"]).scores == [0.0, 1.0]
+
+
+@pytest.mark.parametrize(
+    ("text", "answer"),
+    [
+        # Another command that starts with \fbox is not a box: the phrase answers.
+        ("set \\fboxsep=2pt, the answer is 4.", "4"),
+        # A box with nothing after it (a response cut at the length limit): no answer.
+        ("cut off at \\boxed  ", None),
+        ("\\boxed $5$", None),
+        ("\\boxed 5$.", "5"),  # MATH's brace-less form
+    ],
+)
+def test_boxed_extraction_of_brace_less_and_cut_boxes(text: str, answer: str | None) -> None:
+    """Only ``\\boxed``/``\\fbox`` followed by a brace or by spaces and a token is a box."""
+    assert extract_answer(text, "boxed") == answer
