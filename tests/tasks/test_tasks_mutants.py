@@ -202,3 +202,42 @@ def test_a_number_with_a_trailing_fragment_is_not_read_as_its_prefix() -> None:
 def test_boxed_extraction_of_brace_less_and_cut_boxes(text: str, answer: str | None) -> None:
     """Only ``\\boxed``/``\\fbox`` followed by a brace or by spaces and a token is a box."""
     assert extract_answer(text, "boxed") == answer
+
+
+@pytest.mark.parametrize(
+    ("text", "answer"),
+    [
+        ("The answer is $7.$", "7"),  # a period inside the dollars ends the sentence
+        ("The answer is $X$.", "X"),  # a variable named X is kept whole
+    ],
+)
+def test_boxed_extraction_from_the_answer_phrase(text: str, answer: str) -> None:
+    """Without a box, the phrase after "answer is", its dollars and final period stripped."""
+    assert extract_answer(text, "boxed") == answer
+
+
+@pytest.mark.parametrize(
+    ("text", "answer"),
+    [
+        ("\\boxed{\u22127}", "-7"),  # the Unicode minus sign is a minus
+        ("#### 1\n#### 2", "2"),  # the last marker
+        ("#### x = 5", "5"),  # the whole marker line, not its first word
+        ("#### 5\nstep 2\ndone", "5"),  # the marker's line only
+        ("####\n42", "42"),  # the answer on the line after the marker
+        ("####72", "72"),  # no space after the marker
+    ],
+)
+def test_integer_extraction_after_the_gsm8k_marker(text: str, answer: str) -> None:
+    """The answer of ``####`` is the first line of text after the last marker."""
+    assert extract_answer(text, "integer") == answer
+
+
+def test_a_closed_grader_refuses_to_travel_and_says_why() -> None:
+    """Sending a closed grader to a suite's worker is a bug in the caller; the error says so."""
+    import pickle
+
+    g = Grader("integer")
+    g.close()
+    with pytest.raises(RuntimeError) as info:
+        pickle.dumps(g)
+    assert str(info.value) == "a closed grader cannot be sent to another process"
