@@ -12,6 +12,7 @@ import types
 import pytest
 
 from benchmarks.tasks.arith import ArithTask
+from benchmarks.tasks.dataset_task import DatasetTask
 from benchmarks.tasks.datasets import (
     _ANSWER_TRANSFORMS,
     DATASETS,
@@ -22,7 +23,8 @@ from benchmarks.tasks.datasets import (
     load_dataset,
     prompt_messages,
 )
-from benchmarks.tasks.grading import Grader, GradeResult, extract_answer
+from benchmarks.tasks.grading import _DEBUG_PREFIX, DEBUG_ENV, Grader, GradeResult, extract_answer
+from testkit.paths import DATA_DIR, needs_data
 
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 
@@ -241,3 +243,42 @@ def test_a_closed_grader_refuses_to_travel_and_says_why() -> None:
     with pytest.raises(RuntimeError) as info:
         pickle.dumps(g)
     assert str(info.value) == "a closed grader cannot be sent to another process"
+
+
+def test_a_grader_sent_to_another_process_keeps_its_settings() -> None:
+    """A suite's worker receives the task with its grader: the copy has the same kind, deadline,
+    pool size and limits (and starts a pool of its own there)."""
+    import pickle
+
+    with Grader("math_verify", timeout_s=0.7, workers=2, kill_grace_s=0.1, recycle_after=5) as g:
+        copy = pickle.loads(pickle.dumps(g))
+    keep = ("kind", "timeout_s", "workers", "kill_grace_s", "memory_limit_bytes")
+    keep += ("max_response_chars", "startup_timeout_s", "recycle_after")
+    assert {k: getattr(copy, k) for k in keep} == {k: getattr(g, k) for k in keep}
+    assert (copy.timeout_s, copy.workers, copy.recycle_after) == (0.7, 2, 5)
+    copy.close()
+
+
+@needs_data
+def test_a_dataset_tasks_grader_settings_reach_its_graders(monkeypatch) -> None:
+    """``task.grader_timeout_s`` is the deadline of the math-verify pool and
+    ``task.grader_workers`` its size: an answer that takes longer than the deadline is cut and
+    counted as a timeout (the debug hook sleeps 5 s where the default deadline is 3 s)."""
+    monkeypatch.setenv(DEBUG_ENV, "1")  # before the pool starts: the test-only hooks
+    task = DatasetTask(
+        name="math500",
+        data_dir=str(DATA_DIR),
+        eval_size=2,
+        train_size=2,
+        grader_timeout_s=0.4,
+        grader_workers=2,
+    )
+    try:
+        problems = list(task.eval_problems())
+        result = task.grade(
+            [_DEBUG_PREFIX + "sleep:5", f"\\boxed{{{problems[1].answer}}}"], problems
+        )
+        assert result == GradeResult(scores=[0.0, 1.0], timeouts=1, errors=0)
+        assert len(task._graders._graders["math_verify"]._worker_pids()) == 2
+    finally:
+        task.close()
