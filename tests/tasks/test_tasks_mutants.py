@@ -262,23 +262,100 @@ def test_a_grader_sent_to_another_process_keeps_its_settings() -> None:
 @needs_data
 def test_a_dataset_tasks_grader_settings_reach_its_graders(monkeypatch) -> None:
     """``task.grader_timeout_s`` is the deadline of the math-verify pool and
-    ``task.grader_workers`` its size: an answer that takes longer than the deadline is cut and
-    counted as a timeout (the debug hook sleeps 5 s where the default deadline is 3 s)."""
+    ``task.grader_workers`` its size; one batch of both kinds (MATH-500 under math-verify, GSM8K
+    under the integer grader) counts the timeouts and errors of every kind: an answer that takes
+    longer than the deadline (the debug hook sleeps 5 s where the default deadline is 3 s) is a
+    timeout, one whose grading raises an error, each scored 0, the rest graded as usual."""
     monkeypatch.setenv(DEBUG_ENV, "1")  # before the pool starts: the test-only hooks
     task = DatasetTask(
-        name="math500",
+        name="math",
+        train_dataset="gsm8k_train",
+        eval_datasets=["math500"],
         data_dir=str(DATA_DIR),
-        eval_size=2,
-        train_size=2,
+        eval_size=3,
+        train_size=1,
         grader_timeout_s=0.4,
         grader_workers=2,
     )
     try:
-        problems = list(task.eval_problems())
+        held, train = list(task.eval_problems()), list(task.train_problems())
         result = task.grade(
-            [_DEBUG_PREFIX + "sleep:5", f"\\boxed{{{problems[1].answer}}}"], problems
+            [
+                _DEBUG_PREFIX + "sleep:5",
+                _DEBUG_PREFIX + "raise",
+                f"\\boxed{{{held[2].answer}}}",
+                f"#### {train[0].answer}",
+            ],
+            [*held, train[0]],
         )
-        assert result == GradeResult(scores=[0.0, 1.0], timeouts=1, errors=0)
+        assert result == GradeResult(scores=[0.0, 0.0, 1.0, 1.0], timeouts=1, errors=1)
         assert len(task._graders._graders["math_verify"]._worker_pids()) == 2
     finally:
         task.close()
+
+
+@needs_data
+def test_a_dataset_task_is_built_from_its_settings(monkeypatch) -> None:
+    """The task reads the named files from the given folder (not from ``$SPPO_BENCH_DATA``),
+    keeps the datasets' ids, takes ``train_size`` and ``eval_size`` first rows, evaluates on
+    the first of ``eval_datasets`` (the task's own name without them) and names its metrics
+    after it unless ``eval_name`` is set; the prompt template is ``plain`` by default."""
+    from benchmarks.tasks.datasets import render_prompt
+
+    monkeypatch.delenv("SPPO_BENCH_DATA", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a wrong folder fails at once, no download
+    task = DatasetTask(
+        name="math",
+        train_dataset="gsm8k_train",
+        eval_datasets=["aime24", "amc23"],
+        data_dir=str(DATA_DIR),
+        eval_size=3,
+        train_size=2,
+    )
+    aime, gsm = (
+        load_dataset("aime24", data_dir=DATA_DIR),
+        load_dataset("gsm8k_train", data_dir=DATA_DIR),
+    )
+    assert (task.name, task.eval_name) == ("math", "aime24")
+    assert [(p.id, p.answer, p.grader) for p in task.eval_problems()] == [
+        (p.id, p.answer, "integer") for p in aime[:3]
+    ]
+    assert [p.id for p in task.train_problems()] == [p.id for p in gsm[:2]]
+    assert task.eval_problems()[0].prompt == render_prompt(aime[0], "plain")
+    task.close()
+    own = DatasetTask(name="aime25", data_dir=str(DATA_DIR), eval_size=1, eval_name="held")
+    assert (own.eval_name, own.eval_problems()[0].id) == (
+        "held",
+        load_dataset("aime25", data_dir=DATA_DIR)[0].id,
+    )
+    own.close()
+
+
+@needs_data
+def test_a_chat_template_is_rendered_by_the_models_tokenizer() -> None:
+    """With a tokenizer the prompt is the model's own chat format (here a real transformers
+    tokenizer with a Jinja chat template), not the ChatML fallback."""
+    from benchmarks.tasks.datasets import prompt_messages as messages_of
+    from benchmarks.training.modeling import build_char_tokenizer
+
+    tok = build_char_tokenizer("abc")
+    tok.chat_template = (
+        "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}[assistant] {% endif %}"
+    )
+    task = DatasetTask(
+        name="aime24",
+        data_dir=str(DATA_DIR),
+        template="chat",
+        eval_size=1,
+        train_size=1,
+        tokenizer=tok,
+    )
+    first = load_dataset("aime24", data_dir=DATA_DIR)[0]
+    prompt = task.eval_problems()[0].prompt
+    assert (
+        prompt
+        == "".join(f"[{m['role']}] {m['content']}\n" for m in messages_of(first, "chat"))
+        + "[assistant] "
+    )
+    task.close()
