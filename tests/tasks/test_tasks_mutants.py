@@ -359,3 +359,36 @@ def test_a_chat_template_is_rendered_by_the_models_tokenizer() -> None:
         + "[assistant] "
     )
     task.close()
+
+
+def test_chatml_fallback_of_a_two_message_template_in_full() -> None:
+    """Without a tokenizer a chat template is rendered in ChatML, message after message."""
+    from benchmarks.tasks.datasets import render_prompt
+
+    p = Problem(id="t", question="What is $1+1$?", answer="2")
+    assert render_prompt(p, "qwen_math_chat") == (
+        f"<|im_start|>system\n{INSTRUCTION}<|im_end|>\n"
+        "<|im_start|>user\nWhat is $1+1$?<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+
+
+def test_template_errors_say_what_is_wrong() -> None:
+    """An unknown template lists the valid ones; a tokenizer whose chat template gives token ids
+    instead of text (one that ignores ``tokenize=False``) is named by what it returned."""
+    from benchmarks.tasks.datasets import render_prompt
+
+    p = Problem(id="t", question="q", answer="2")
+    with pytest.raises(ValueError) as info:
+        render_prompt(p, "alpaca")
+    assert str(info.value) == (
+        "unknown prompt template 'alpaca'; valid: chat, plain, qwen_math_chat"
+    )
+
+    class IdsTokenizer:  # stands in for a tokenizer that always tokenizes
+        def apply_chat_template(self, messages, tokenize, add_generation_prompt):
+            return [1, 2, 3]
+
+    with pytest.raises(TypeError) as info:
+        render_prompt(p, "chat", IdsTokenizer())
+    assert str(info.value) == "tokenizer.apply_chat_template returned list, expected str"
