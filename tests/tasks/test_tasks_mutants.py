@@ -392,3 +392,26 @@ def test_template_errors_say_what_is_wrong() -> None:
     with pytest.raises(TypeError) as info:
         render_prompt(p, "chat", IdsTokenizer())
     assert str(info.value) == "tokenizer.apply_chat_template returned list, expected str"
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ("{not json", "not valid JSON (Expecting property name enclosed in double quotes)"),
+        ("[1, 2]", "expected a JSON object, got list"),
+        ('"text"', "expected a JSON object, got str"),
+        ('{"id": "x"}', "missing field(s) ['problem', 'answer']"),
+        ('{"id": "x", "problem": " ", "answer": "3"}', "`problem` must be a non-empty string"),
+        ('{"id": "x", "problem": 7, "answer": "3"}', "`problem` must be a non-empty string"),
+        ('{"id": "x", "problem": "q", "answer": 3}', "`answer` must be a string, got 3"),
+    ],
+)
+def test_a_bad_row_is_reported_in_full(tmp_path, row: str, message: str) -> None:
+    """The message a user reads to fix a data file: the file, the line (blank lines counted),
+    and what is wrong with the row."""
+    path = tmp_path / "aime24" / "test.jsonl"
+    path.parent.mkdir()
+    path.write_text('{"id": "a", "problem": "1+1?", "answer": "2"}\n\n' + row + "\n")
+    with pytest.raises(ValueError) as info:
+        load_dataset("aime24", data_dir=tmp_path)
+    assert str(info.value) == f"{path}:3: {message}"
