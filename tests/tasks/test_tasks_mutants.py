@@ -415,3 +415,25 @@ def test_a_bad_row_is_reported_in_full(tmp_path, row: str, message: str) -> None
     with pytest.raises(ValueError) as info:
         load_dataset("aime24", data_dir=tmp_path)
     assert str(info.value) == f"{path}:3: {message}"
+
+
+def test_warnings_name_the_file_and_what_was_done(tmp_path, caplog, monkeypatch) -> None:
+    """Skipped rows are counted against the file they came from; a missing file is named
+    before the hub is tried."""
+    import logging
+
+    path = tmp_path / "aime24" / "test.jsonl"
+    path.parent.mkdir()
+    path.write_text(
+        '{"id": "a", "problem": "p", "answer": " "}\n{"id": "b", "problem": "q", "answer": "2"}\n'
+    )
+    with caplog.at_level(logging.WARNING, logger="benchmarks.tasks.datasets"):
+        assert [p.id for p in load_dataset("aime24", data_dir=tmp_path)] == ["b"]
+    assert caplog.messages == [f"{path}: skipped 1 row(s) with an empty answer"]
+    caplog.clear()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with caplog.at_level(logging.WARNING, logger="benchmarks.tasks.datasets"):
+        with pytest.raises(FileNotFoundError):
+            load_dataset("aime25", data_dir=tmp_path)
+    missing = tmp_path / "aime25" / "test.jsonl"
+    assert caplog.messages == [f"aime25: {missing} not found; trying the Hugging Face hub"]
