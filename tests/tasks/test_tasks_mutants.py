@@ -437,3 +437,33 @@ def test_warnings_name_the_file_and_what_was_done(tmp_path, caplog, monkeypatch)
             load_dataset("aime25", data_dir=tmp_path)
     missing = tmp_path / "aime25" / "test.jsonl"
     assert caplog.messages == [f"aime25: {missing} not found; trying the Hugging Face hub"]
+
+
+def test_a_missing_dataset_is_reported_in_full(tmp_path, monkeypatch) -> None:
+    """Where it looked, how to point at the data, and why the hub could not help: the config
+    (when the hub copy has one) and split, and whether the package is missing or the hub is
+    switched off."""
+    import sys
+
+    monkeypatch.delenv("SPPO_BENCH_DATA", raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setitem(sys.modules, "datasets", None)  # as without the optional package
+    how = "with `--data-dir DIR`, `task.data_dir=DIR` or the SPPO_BENCH_DATA environment variable"
+    with pytest.raises(FileNotFoundError) as info:
+        load_dataset("olympiadbench", data_dir=tmp_path)
+    assert str(info.value) == (
+        f"dataset 'olympiadbench': looked for a local file at "
+        f"{tmp_path / 'olympiadbench' / 'test.jsonl'}. Point at a directory holding "
+        f"olympiadbench/test.jsonl {how}. Hugging Face hub fallback 'Hothan/OlympiadBench' "
+        "(config 'OE_TO_maths_en_COMP'), split 'train': the optional `datasets` package is not "
+        "installed."
+    )
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(FileNotFoundError) as info:
+        load_dataset("aime24")
+    assert str(info.value) == (
+        "dataset 'aime24': looked for a local file at nowhere (no data dir given and "
+        f"$SPPO_BENCH_DATA unset). Point at a directory holding aime24/test.jsonl {how}. "
+        "Hugging Face hub fallback 'HuggingFaceH4/aime_2024', split 'train': HF_HUB_OFFLINE is "
+        "set."
+    )
