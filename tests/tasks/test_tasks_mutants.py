@@ -467,3 +467,20 @@ def test_a_missing_dataset_is_reported_in_full(tmp_path, monkeypatch) -> None:
         "Hugging Face hub fallback 'HuggingFaceH4/aime_2024', split 'train': HF_HUB_OFFLINE is "
         "set."
     )
+
+
+@pytest.mark.parametrize(
+    ("value", "offline"), [("1", True), ("True", True), ("YES", True), ("0", False), ("no", False)]
+)
+def test_hf_hub_offline_is_read_as_the_hub_reads_it(monkeypatch, value: str, offline: bool) -> None:
+    """``HF_HUB_OFFLINE`` switches the hub off in any spelling huggingface_hub accepts (1, true,
+    yes, any case), so a CI machine fails at once instead of after network retries."""
+    import sys
+
+    monkeypatch.delenv("SPPO_BENCH_DATA", raising=False)
+    monkeypatch.setitem(sys.modules, "datasets", None)
+    monkeypatch.setenv("HF_HUB_OFFLINE", value)
+    with pytest.raises(FileNotFoundError) as info:
+        load_dataset("aime24")
+    why = "HF_HUB_OFFLINE is set" if offline else "the optional `datasets` package is not installed"
+    assert str(info.value).endswith(f": {why}.")
