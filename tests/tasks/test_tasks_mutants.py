@@ -484,3 +484,21 @@ def test_hf_hub_offline_is_read_as_the_hub_reads_it(monkeypatch, value: str, off
         load_dataset("aime24")
     why = "HF_HUB_OFFLINE is set" if offline else "the optional `datasets` package is not installed"
     assert str(info.value).endswith(f": {why}.")
+
+
+def test_the_hub_copy_is_limited_and_its_gaps_counted_like_a_file(monkeypatch, caplog) -> None:
+    """From the hub too, ``limit`` keeps the first rows with an answer and skipped rows are
+    counted against their source (the hub id). A stand-in for the ``datasets`` package serves
+    the rows: there is no network here."""
+    import logging
+    import sys
+
+    rows = [{"question": f"q{i}", "answer": a} for i, a in enumerate(["none", "#### 1", "#### 2"])]
+    hub = types.SimpleNamespace(load_dataset=lambda hub_id, config, split: rows)
+    monkeypatch.delenv("SPPO_BENCH_DATA", raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setitem(sys.modules, "datasets", hub)
+    with caplog.at_level(logging.WARNING, logger="benchmarks.tasks.datasets"):
+        got = load_dataset("gsm8k", limit=1)
+    assert got == [Problem(id="gsm8k-1", question="q1", answer="1")]
+    assert caplog.messages == ["hub:openai/gsm8k: skipped 1 row(s) with an empty answer"]
