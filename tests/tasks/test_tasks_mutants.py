@@ -502,3 +502,14 @@ def test_the_hub_copy_is_limited_and_its_gaps_counted_like_a_file(monkeypatch, c
         got = load_dataset("gsm8k", limit=1)
     assert got == [Problem(id="gsm8k-1", question="q1", answer="1")]
     assert caplog.messages == ["hub:openai/gsm8k: skipped 1 row(s) with an empty answer"]
+
+
+def test_an_empty_data_dir_falls_back_to_the_environment(monkeypatch, tmp_path) -> None:
+    """``task.data_dir=""`` (an empty flag, an unset interpolation) means "not given": the
+    environment variable decides, and without it there is no local folder."""
+    from benchmarks.tasks.datasets import resolve_data_dir
+
+    monkeypatch.delenv("SPPO_BENCH_DATA", raising=False)
+    assert resolve_data_dir("") is None
+    monkeypatch.setenv("SPPO_BENCH_DATA", str(tmp_path))
+    assert resolve_data_dir("") == tmp_path
