@@ -331,11 +331,8 @@ def test_a_dataset_task_is_built_from_its_settings(monkeypatch) -> None:
     own.close()
 
 
-@needs_data
-def test_a_chat_template_is_rendered_by_the_models_tokenizer() -> None:
-    """With a tokenizer the prompt is the model's own chat format (here a real transformers
-    tokenizer with a Jinja chat template), not the ChatML fallback."""
-    from benchmarks.tasks.datasets import prompt_messages as messages_of
+def _jinja_tokenizer():
+    """A real transformers tokenizer with a Jinja chat template of its own."""
     from benchmarks.training.modeling import build_char_tokenizer
 
     tok = build_char_tokenizer("abc")
@@ -343,22 +340,59 @@ def test_a_chat_template_is_rendered_by_the_models_tokenizer() -> None:
         "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
         "{% if add_generation_prompt %}[assistant] {% endif %}"
     )
+    return tok
+
+
+def _in_jinja_format(problem: Problem, template: str) -> str:
+    return (
+        "".join(f"[{m['role']}] {m['content']}\n" for m in prompt_messages(problem, template))
+        + "[assistant] "
+    )
+
+
+@needs_data
+def test_a_chat_template_is_rendered_by_the_models_tokenizer() -> None:
+    """With a tokenizer the prompt is the model's own chat format, not the ChatML fallback."""
     task = DatasetTask(
         name="aime24",
         data_dir=str(DATA_DIR),
         template="chat",
         eval_size=1,
         train_size=1,
-        tokenizer=tok,
+        tokenizer=_jinja_tokenizer(),
     )
     first = load_dataset("aime24", data_dir=DATA_DIR)[0]
-    prompt = task.eval_problems()[0].prompt
-    assert (
-        prompt
-        == "".join(f"[{m['role']}] {m['content']}\n" for m in messages_of(first, "chat"))
-        + "[assistant] "
-    )
+    assert task.eval_problems()[0].prompt == _in_jinja_format(first, "chat")
     task.close()
+
+
+@needs_data
+def test_build_task_gives_a_dataset_config_its_name_and_the_models_tokenizer() -> None:
+    """``build_task`` on a composed real-dataset node (as the suite does): the task is named
+    after the config (its metrics and checkpoints are), and the model's tokenizer renders its
+    chat prompts."""
+    from benchmarks.config import compose_config
+    from benchmarks.tasks.build import build_task
+
+    cfg = compose_config(
+        [
+            "task=math",
+            "task.train_dataset=aime24",
+            "task.eval_datasets=[aime25]",
+            f"task.data_dir={DATA_DIR}",
+            "task.train_size=1",
+            "task.eval_size=1",
+            "task.template=qwen_math_chat",
+        ]
+    )
+    task = build_task(cfg.task, tokenizer=_jinja_tokenizer())
+    try:
+        assert isinstance(task, DatasetTask)
+        assert (task.name, task.eval_name) == ("math", "aime25")
+        first = load_dataset("aime25", data_dir=DATA_DIR)[0]
+        assert task.eval_problems()[0].prompt == _in_jinja_format(first, "qwen_math_chat")
+    finally:
+        task.close()
 
 
 def test_chatml_fallback_of_a_two_message_template_in_full() -> None:
