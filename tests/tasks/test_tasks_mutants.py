@@ -563,3 +563,15 @@ def test_the_hash_split_is_stable_and_takes_the_asked_share() -> None:
     counts = Counter(split_of(str(i), 0.2) for i in range(10_000))
     assert set(counts) == {"train", "test"}
     assert counts["test"] == 2052  # 20.5%: the recorded draw, close to the asked 20%
+
+
+def test_the_arith_held_out_set_is_the_published_one() -> None:
+    """Every published arith number was measured on these held-out problems (recorded once:
+    they must never change), and an enumerable horizon gives the same set whatever
+    ``max_problems`` is, as long as it covers every problem (9000 at horizon 2)."""
+    h2 = ["4*2+1=", "0*4+3=", "2+5-9=", "2-9+3=", "7*2*8="]
+    h3 = ["1-5-1-7=", "6-3*2-7=", "3+9-7*0=", "6*6-1*8=", "8-0*4*4="]
+    assert [p.prompt for p in ArithTask(horizon=2, eval_size=5).eval_problems()] == h2
+    assert [p.prompt for p in ArithTask(horizon=3, eval_size=5).eval_problems()] == h3
+    exact = ArithTask(horizon=2, eval_size=5, max_problems=9000)
+    assert [p.prompt for p in exact.eval_problems()] == h2
