@@ -13,6 +13,7 @@ child, as they do in the pool.
 from __future__ import annotations
 
 import json
+import logging
 import multiprocessing as mp
 import os
 import resource
@@ -72,6 +73,9 @@ def test_worker_answers_every_item_in_order_with_its_tag(worker_signals) -> None
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
     assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     assert resource.getrlimit(resource.RLIMIT_CORE) == (0, 0)  # no core dumps of model text
+    # math-verify's warnings about its own (disabled) timeouts are silenced, and only they.
+    assert logging.getLogger("math_verify").level == logging.ERROR
+    assert logging.getLogger().level != logging.ERROR
 
 
 def test_without_debug_a_debug_request_is_graded_as_text(worker_signals) -> None:
@@ -129,6 +133,7 @@ def test_reasoning_gym_items_are_graded_by_the_datasets_scorer(worker_signals) -
         ("no hash at all 3", gold("hash")),
         ("<answer>3</answer>", gold("tag")),
         ("3", gold("tag")),
+        ("#3", json.dumps({"dataset": "z" * 300, "entry": entry, "answer_format": "hash"})),
     ]
     for item in [*items, None]:
         parent.send(item)
@@ -140,6 +145,8 @@ def test_reasoning_gym_items_are_graded_by_the_datasets_scorer(worker_signals) -
         ("ok", 0.0),
         ("ok", 1.0),
         ("ok", 0.0),
+        # A scorer's error travels back cut to 200 characters of message (an unknown dataset).
+        ("error", "ValueError: " + ("Dataset '" + "z" * 300)[:200]),
     ]
 
 
