@@ -1,8 +1,9 @@
 """Properties of the tasks that the other task tests left unstated, found by mutation testing
 (docs/mutation.md): each test below failed on at least one mutant that the rest of
 ``tests/tasks`` let through. They read the real data in ``../shared/data`` and grade with the
-real graders; the hub is the one thing replaced (no network here), by a stand-in passed where
-``load_dataset`` passes the ``datasets`` module.
+real graders (math-verify in its process pool), and a real transformers tokenizer. Two things
+are stood in for: the Hugging Face hub (no network here: a stand-in ``datasets`` module serves
+rows) and, once, a tokenizer that returns token ids where text was asked for (the error case).
 """
 
 from __future__ import annotations
