@@ -265,7 +265,7 @@ def test_a_dataset_tasks_grader_settings_reach_its_graders(monkeypatch) -> None:
     """``task.grader_timeout_s`` is the deadline of the math-verify pool and
     ``task.grader_workers`` its size; one batch of both kinds (MATH-500 under math-verify, GSM8K
     under the integer grader) counts the timeouts and errors of every kind: an answer that takes
-    longer than the deadline (the debug hook sleeps 5 s where the default deadline is 3 s) is a
+    longer than the task's deadline (the debug hook sleeps 1.5 s, within the default 3 s) is a
     timeout, one whose grading raises an error, each scored 0, the rest graded as usual."""
     monkeypatch.setenv(DEBUG_ENV, "1")  # before the pool starts: the test-only hooks
     task = DatasetTask(
@@ -282,7 +282,7 @@ def test_a_dataset_tasks_grader_settings_reach_its_graders(monkeypatch) -> None:
         held, train = list(task.eval_problems()), list(task.train_problems())
         result = task.grade(
             [
-                _DEBUG_PREFIX + "sleep:5",
+                _DEBUG_PREFIX + "sleep:1.5",  # within the default 3 s, past the task's 0.4 s
                 _DEBUG_PREFIX + "raise",
                 f"\\boxed{{{held[2].answer}}}",
                 f"#### {train[0].answer}",
@@ -576,3 +576,10 @@ def test_the_arith_held_out_set_is_the_published_one() -> None:
     assert [p.prompt for p in ArithTask(horizon=3, eval_size=5).eval_problems()] == h3
     exact = ArithTask(horizon=2, eval_size=5, max_problems=9000)
     assert [p.prompt for p in exact.eval_problems()] == h2
+
+
+def test_max_problems_caps_the_problems_drawn() -> None:
+    """Below the count of distinct problems (9000 at horizon 2), ``max_problems`` is how many
+    there are, split between training and held-out."""
+    task = ArithTask(horizon=2, max_problems=8000, eval_size=10_000)
+    assert len(task.train_problems()) + len(task.eval_problems()) == 8000
