@@ -41,6 +41,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 MUTANTS = REPO / "mutants"
 DOC = REPO / "docs" / "mutation.md"
+DATA_ENV = "SPPO_BENCH_DATA"  # benchmarks.tasks.datasets.DATA_DIR_ENV (not imported: no deps)
 
 TRAINER = "benchmarks.training.trainer"
 CRITIC = "benchmarks.training.critic"
@@ -276,6 +277,17 @@ def pytest_collection_modifyitems(items: list) -> None:
     items.sort(key=lambda item: cost.get(item.nodeid.partition("::")[0], 0.0))
 
 
+def _data_env() -> dict[str, str]:
+    """``SPPO_BENCH_DATA`` for the copied tests: they run from ``mutants/tests``, where
+    ``tests/support/testkit/paths.py`` would look for ``mutants/../shared/data`` and, not finding
+    it, skip every test that reads the real datasets (so their mutants would survive). A variable
+    already set wins; with no data beside the repository nothing is set."""
+    if os.environ.get(DATA_ENV):
+        return {}
+    data = REPO.parent / "shared" / "data"
+    return {DATA_ENV: str(data.resolve())} if data.is_dir() else {}
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """A fresh mutmut run over SCOPE, or the scopes named (results of an earlier run are
     discarded)."""
@@ -286,6 +298,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     shutil.copy2(__file__, MUTANTS / "mutation_report.py")
     env = {
         **os.environ,
+        **_data_env(),
         "OMP_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
         "PYTEST_ADDOPTS": f"{os.environ.get('PYTEST_ADDOPTS', '')} -p mutation_report".strip(),
