@@ -35,6 +35,7 @@ Choices worth knowing:
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import math
@@ -83,6 +84,9 @@ _ATTR_ADMISSIBLE = "admissible"
 #: fresh heartbeat alone.
 HEARTBEAT_S = 10
 HEARTBEAT_GRACE_S = 60
+#: A RUNNING trial younger than this (seconds) belongs to a live process even before its first
+#: heartbeat: two ``--resume`` processes starting together would otherwise fail each other's.
+NEW_TRIAL_S = 5.0
 
 
 class TrialFailed(RuntimeError):
@@ -854,8 +858,14 @@ def _pending_tasks(
     existing = 0
     for sname, (study, alg) in opened.studies.items():
         live = _live_trials(opt_storage, study)
+        now = datetime.datetime.now()
         for t in _study_trials(study):
-            if t.state.name == "RUNNING" and t._trial_id not in live:
+            # A trial another process has just created has no heartbeat yet (Optuna records the
+            # first one just after creating it): one younger than NEW_TRIAL_S counts as live.
+            young = t.datetime_start is not None and (
+                (now - t.datetime_start).total_seconds() < NEW_TRIAL_S
+            )
+            if t.state.name == "RUNNING" and t._trial_id not in live and not young:
                 why = "interrupted: left RUNNING by an earlier sweep process"
                 opt_storage.set_trial_user_attr(t._trial_id, _ATTR_ERROR, why)
                 study.tell(t.number, state=optuna.trial.TrialState.FAIL)

@@ -182,8 +182,10 @@ def test_parallel_sweep_two_workers_with_a_failing_trial(tmp_path, base, caplog)
     assert any(accs[-1] != accs[0] for accs in complete), complete
 
 
-def test_resume_ends_with_exactly_the_requested_trials(tmp_path, base):
-    """Run 1 trial, leave one RUNNING as a killed sweep would, then --resume to 3 in all."""
+def test_resume_ends_with_exactly_the_requested_trials(tmp_path, base, monkeypatch):
+    """Run 1 trial, leave one RUNNING as a killed sweep would, then --resume to 3 in all. (The
+    left trial is seconds old: no new-trial grace here, or it would count as another process's.)"""
+    monkeypatch.setattr("sweeps.runner.NEW_TRIAL_S", 0.0)
     spec_path = tmp_path / "resume.yaml"
     spec_path.write_text(yaml.safe_dump(_spec(base)))
     stores = _stores(tmp_path)
