@@ -818,21 +818,29 @@ def _study_trials(study: Any) -> list[Any]:
     return study.get_trials(deepcopy=False)
 
 
-def _live_trials(storage: Any, study: Any) -> set[int]:
-    """Ids of the study's RUNNING trials whose heartbeat is fresh: another sweep process is
-    running them. Empty for a storage without heartbeats (JournalStorage): there, every RUNNING
-    trial counts as interrupted. Read from Optuna's heartbeat table, which its public API only
-    exposes as the stale trials."""
+def _live_trials(storage: Any, study: Any, trials: Sequence[Any]) -> set[int]:
+    """Ids of the study's RUNNING trials (of ``trials``) another sweep process is running: those
+    whose heartbeat is fresh, and those younger than ``NEW_TRIAL_S``, which have none yet (Optuna
+    records the first one just after creating the trial). A storage without heartbeats
+    (JournalStorage) has only the young ones: there, every older RUNNING trial counts as
+    interrupted. Heartbeats are read from Optuna's table, which its public API only exposes as
+    the stale trials."""
     import optuna
     import sqlalchemy
     from optuna.storages._rdb import models
 
+    now = datetime.datetime.now()
+    young = {
+        t._trial_id
+        for t in trials
+        if t.datetime_start is not None and (now - t.datetime_start).total_seconds() < NEW_TRIAL_S
+    }
     if not isinstance(storage, optuna.storages.RDBStorage) or storage.heartbeat_interval is None:
-        return set()
+        return young
     stale = set(storage._get_stale_trial_ids(study._study_id))
     with storage.engine.connect() as conn:
         beating = set(conn.scalars(sqlalchemy.select(models.TrialHeartbeatModel.trial_id)))
-    return beating - stale
+    return (beating - stale) | young
 
 
 def _pending_tasks(
@@ -857,15 +865,10 @@ def _pending_tasks(
     per_study: dict[str, list[tuple[str, str | None]]] = {}
     existing = 0
     for sname, (study, alg) in opened.studies.items():
-        live = _live_trials(opt_storage, study)
-        now = datetime.datetime.now()
-        for t in _study_trials(study):
-            # A trial another process has just created has no heartbeat yet (Optuna records the
-            # first one just after creating it): one younger than NEW_TRIAL_S counts as live.
-            young = t.datetime_start is not None and (
-                (now - t.datetime_start).total_seconds() < NEW_TRIAL_S
-            )
-            if t.state.name == "RUNNING" and t._trial_id not in live and not young:
+        trials = _study_trials(study)
+        live = _live_trials(opt_storage, study, trials)
+        for t in trials:
+            if t.state.name == "RUNNING" and t._trial_id not in live:
                 why = "interrupted: left RUNNING by an earlier sweep process"
                 opt_storage.set_trial_user_attr(t._trial_id, _ATTR_ERROR, why)
                 study.tell(t.number, state=optuna.trial.TrialState.FAIL)
