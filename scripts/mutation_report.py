@@ -64,8 +64,8 @@ STEP_METHODS = (
     "_actor_update",
     "_count_skip",
 )
-#: What the step calls of the critic (training/critic.py).
-CRITIC_METHODS = ("values", "flops", "update")
+#: What the step calls of the critic (training/critic.py), and the value function it runs.
+CRITIC_METHODS = ("values", "_values", "flops", "update", "init_head", "prediction_std")
 #: mutmut mutant-name patterns (fnmatch) of everything in scope.
 SCOPE: dict[str, tuple[str, ...]] = {
     "algorithms": ("algorithms.*",),
