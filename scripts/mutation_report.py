@@ -32,11 +32,14 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 MUTANTS = REPO / "mutants"
@@ -263,15 +266,73 @@ def changed_lines(key: str) -> list[str]:
     ]
 
 
+#: Under a mutant, a test whose call uses this many times the CPU time it took in mutmut's stats
+#: run (at least HANG_FLOOR_S; its fixtures' setup, which mutmut does not time, at least
+#: HANG_SETUP_S) is taken for a hang and fails, so the mutant counts as killed, as a timeout does.
+#: Without it a mutant that loops (a `while` that never ends, a list that grows for ever) runs
+#: until mutmut's own CPU limit: 30 times the time of every test that reaches the function, half
+#: an hour for the trainer's or the arith task's. CPU time, so a loaded machine does not trip it.
+HANG_FACTOR = 10.0
+HANG_FLOOR_S = 20.0
+HANG_SETUP_S = 120.0
+
+
+class MutantHang(Exception):
+    """A test ran past its CPU allowance under a mutant (``HANG_FACTOR``)."""
+
+
+_DURATIONS: dict[str, float] = {}
+
+
+def _durations() -> dict[str, float]:
+    """Each test's call duration in mutmut's stats run, read once the file exists (a fresh run
+    writes it after this plugin is imported, in the same process its workers fork from)."""
+    stats = Path("mutmut-stats.json")  # the working directory is mutants/
+    if not _DURATIONS and stats.exists():
+        _DURATIONS.update(json.loads(stats.read_text())["duration_by_test"])
+    return _DURATIONS
+
+
+def _on_hang(signum: int, frame: object) -> None:
+    raise MutantHang("the test ran past its CPU allowance under a mutant (a hang)")
+
+
+def _arm(seconds: float) -> None:
+    """Repeating, so that code which swallows one exception is interrupted again."""
+    if "__mutmut_" not in os.environ.get("MUTANT_UNDER_TEST", ""):
+        return  # mutmut's stats, clean and forced-fail runs, and every run outside mutmut
+    signal.signal(signal.SIGPROF, _on_hang)
+    signal.setitimer(signal.ITIMER_PROF, seconds, 1.0)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """pytest hook (``run``'s mutmut only): the guard over the test's fixtures, armed before
+    they are built (a mutant in a fixture's code can loop there)."""
+    _arm(HANG_SETUP_S)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> None:
+    """pytest hook: the guard over the test itself, from its measured duration; a test the
+    stats run did not time gets the setup's allowance."""
+    known = _durations().get(item.nodeid)
+    _arm(HANG_SETUP_S if known is None else max(HANG_FLOOR_S, HANG_FACTOR * known))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """pytest hook: disarmed before the fixtures are torn down."""
+    signal.setitimer(signal.ITIMER_PROF, 0.0)
+
+
 def pytest_collection_modifyitems(items: list) -> None:
     """pytest hook, active in ``run``'s mutmut only (``-p mutation_report``): cheapest test
     modules first, by the durations mutmut measured, so that a mutant a fast algorithm test kills
     is not first run through the trainer tests (``-x`` stops at the first failure). A module's
     tests keep their order and stay together (module fixtures are built once)."""
-    stats = Path("mutmut-stats.json")  # the working directory is mutants/
-    durations = json.loads(stats.read_text())["duration_by_test"] if stats.exists() else {}
     cost: dict[str, float] = {}
-    for nodeid, seconds in durations.items():
+    for nodeid, seconds in _durations().items():
         module = nodeid.partition("::")[0]
         cost[module] = cost.get(module, 0.0) + seconds
     items.sort(key=lambda item: cost.get(item.nodeid.partition("::")[0], 0.0))
