@@ -235,8 +235,8 @@ def test_timeouts_and_crashes_are_counted_exactly(debug_grader: Grader) -> None:
 def test_debug_prefix_is_plain_text_without_env(
     mv: Grader, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(DEBUG_ENV, "1")  # too late: the pool's workers started without it
-    mv.start()
+    mv.start()  # the pool's workers start without the flag (a no-op if they run already)...
+    monkeypatch.setenv(DEBUG_ENV, "1")  # ... so setting it now is too late for them
     pids = mv._worker_pids()
     result = mv.grade(["__sppo_grader_debug__:crash", "__sppo_grader_debug__:hang"], ["1", "1"])
     assert result == GradeResult(scores=[0.0, 0.0], timeouts=0, errors=0)
