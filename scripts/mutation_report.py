@@ -274,7 +274,7 @@ def changed_lines(key: str) -> list[str]:
 #: an hour for the trainer's or the arith task's. CPU time, so a loaded machine does not trip it.
 HANG_FACTOR = 10.0
 HANG_FLOOR_S = 20.0
-HANG_SETUP_S = 120.0
+HANG_SETUP_S = 60.0
 
 
 class MutantHang(Exception):
