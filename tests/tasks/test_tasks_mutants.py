@@ -13,6 +13,7 @@ import types
 import pytest
 
 from benchmarks.tasks.arith import ArithTask
+from benchmarks.tasks.base import TaskProblem
 from benchmarks.tasks.dataset_task import DatasetTask
 from benchmarks.tasks.datasets import (
     _ANSWER_TRANSFORMS,
@@ -583,3 +584,14 @@ def test_max_problems_caps_the_problems_drawn() -> None:
     there are, split between training and held-out."""
     task = ArithTask(horizon=2, max_problems=8000, eval_size=10_000)
     assert len(task.train_problems()) + len(task.eval_problems()) == 8000
+
+
+def test_an_arith_problem_in_full() -> None:
+    """A problem as a task built in this test has it (not as a module fixture built it: mutmut
+    credits only the test that built the fixture): its id, prompt, answer, and the worked
+    solution the warm start is trained on, each step ``a op b = c`` modulo 10 and left to right
+    (no operator precedence), ``;``-separated, then ``#`` and the answer."""
+    problems = ArithTask(horizon=3, eval_size=5).eval_problems()
+    assert problems[1] == TaskProblem(
+        id="6-3*2-7", prompt="6-3*2-7=", answer="9", solution="6-3=3;3*2=6;6-7=9;#9"
+    )
