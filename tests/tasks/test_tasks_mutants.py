@@ -595,3 +595,45 @@ def test_an_arith_problem_in_full() -> None:
     assert problems[1] == TaskProblem(
         id="6-3*2-7", prompt="6-3*2-7=", answer="9", solution="6-3=3;3*2=6;6-7=9;#9"
     )
+
+
+def test_arith_horizons_from_1_to_the_maximum_and_nothing_else() -> None:
+    """Every integer horizon in [1, MAX_HORIZON] builds; a bool (an int to Python), 0 and
+    MAX_HORIZON + 1 are refused with the whole message."""
+    from benchmarks.tasks.arith import MAX_HORIZON
+
+    assert ArithTask(horizon=MAX_HORIZON, eval_size=1, max_problems=50).horizon == MAX_HORIZON
+    for bad in (True, 0, MAX_HORIZON + 1):
+        with pytest.raises(ValueError) as err:
+            ArithTask(horizon=bad)
+        assert str(err.value) == (
+            f"task.horizon={bad} is not allowed: use an integer in [1, {MAX_HORIZON}] "
+            "or a list of them (problems are drawn from every listed horizon)"
+        )
+
+
+def test_arith_defaults_are_the_documented_ones() -> None:
+    """Horizon 2 with 1000 held-out problems, and at most 20 000 problems per horizon (seen at
+    horizon 4, which has more: horizon 2 enumerates its 9000)."""
+    task = ArithTask()
+    assert (task.horizon, len(task.eval_problems())) == (2, 1000)
+    h4 = ArithTask(horizon=4, eval_size=10**6)
+    assert len(h4.train_problems()) + len(h4.eval_problems()) == 20_000
+
+
+def test_a_mixed_arith_task_trains_on_equal_shares_in_a_fixed_order() -> None:
+    """Without weights every horizon gets an equal share of ``max_problems`` training problems,
+    shuffled once with a fixed seed (recorded: the training order is part of what a seed draws,
+    so it must not change between runs or machines)."""
+    task = ArithTask(horizon=[1, 2], max_problems=20, eval_size=1)
+    train = task.train_problems()
+    ops = [sum(c in "+-*" for c in p.prompt) for p in train]
+    assert (len(train), ops.count(1), ops.count(2)) == (20, 10, 10)
+    assert [p.prompt for p in train[:6]] == [
+        "0-1+1=",
+        "8*8*5=",
+        "2+8+2=",
+        "8+4-0=",
+        "2+9=",
+        "0+2+5=",
+    ]
