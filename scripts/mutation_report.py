@@ -35,6 +35,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -275,6 +276,11 @@ def changed_lines(key: str) -> list[str]:
 HANG_FACTOR = 10.0
 HANG_FLOOR_S = 20.0
 HANG_SETUP_S = 60.0
+#: A test blocked in a wait (a pipe no one writes to) burns no CPU: past this many seconds of
+#: wall time (at least HANG_WALL_S, against HANG_FACTOR times its duration on a loaded machine)
+#: the process sends itself SIGXCPU, the signal of mutmut's CPU limit, so it counts as a timeout.
+HANG_WALL_FACTOR = 30.0
+HANG_WALL_S = 300.0
 
 
 class MutantHang(Exception):
@@ -297,19 +303,34 @@ def _on_hang(signum: int, frame: object) -> None:
     raise MutantHang("the test ran past its CPU allowance under a mutant (a hang)")
 
 
-def _arm(seconds: float) -> None:
-    """Repeating, so that code which swallows one exception is interrupted again."""
+_WATCHDOG: list[threading.Timer] = []
+
+
+def _arm(seconds: float, wall: float | None = None) -> None:
+    """Repeating, so that code which swallows one exception is interrupted again; with ``wall``,
+    also the wall-clock watchdog (a daemon thread)."""
     if "__mutmut_" not in os.environ.get("MUTANT_UNDER_TEST", ""):
         return  # mutmut's stats, clean and forced-fail runs, and every run outside mutmut
     signal.signal(signal.SIGPROF, _on_hang)
     signal.setitimer(signal.ITIMER_PROF, seconds, 1.0)
+    if wall is not None:
+        _disarm_watchdog()
+        timer = threading.Timer(wall, os.kill, (os.getpid(), signal.SIGXCPU))
+        timer.daemon = True
+        timer.start()
+        _WATCHDOG.append(timer)
+
+
+def _disarm_watchdog() -> None:
+    while _WATCHDOG:
+        _WATCHDOG.pop().cancel()
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """pytest hook (``run``'s mutmut only): the guard over the test's fixtures, armed before
     they are built (a mutant in a fixture's code can loop there)."""
-    _arm(HANG_SETUP_S)
+    _arm(HANG_SETUP_S, wall=HANG_WALL_S)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -317,13 +338,17 @@ def pytest_runtest_call(item: pytest.Item) -> None:
     """pytest hook: the guard over the test itself, from its measured duration; a test the
     stats run did not time gets the setup's allowance."""
     known = _durations().get(item.nodeid)
-    _arm(HANG_SETUP_S if known is None else max(HANG_FLOOR_S, HANG_FACTOR * known))
+    _arm(
+        HANG_SETUP_S if known is None else max(HANG_FLOOR_S, HANG_FACTOR * known),
+        wall=max(HANG_WALL_S, HANG_WALL_FACTOR * (known or 0.0)),
+    )
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_teardown(item: pytest.Item) -> None:
     """pytest hook: disarmed before the fixtures are torn down."""
     signal.setitimer(signal.ITIMER_PROF, 0.0)
+    _disarm_watchdog()
 
 
 def pytest_collection_modifyitems(items: list) -> None:
