@@ -279,8 +279,8 @@ HANG_SETUP_S = 60.0
 #: A test blocked in a wait (a pipe no one writes to) burns no CPU: past this many seconds of
 #: wall time (at least HANG_WALL_S, against HANG_FACTOR times its duration on a loaded machine)
 #: the process sends itself SIGXCPU, the signal of mutmut's CPU limit, so it counts as a timeout.
-HANG_WALL_FACTOR = 30.0
-HANG_WALL_S = 300.0
+HANG_WALL_FACTOR = 10.0
+HANG_WALL_S = 60.0
 
 
 class MutantHang(Exception):
