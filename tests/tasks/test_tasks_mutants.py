@@ -637,3 +637,22 @@ def test_a_mixed_arith_task_trains_on_equal_shares_in_a_fixed_order() -> None:
         "2+9=",
         "0+2+5=",
     ]
+
+
+def test_a_small_share_of_a_mixed_arith_task_still_gets_one_problem() -> None:
+    """A horizon whose share rounds to no problem still gets one (and only one): every listed
+    horizon is trained on."""
+    task = ArithTask(horizon=[1, 2], horizon_weights=[0.005, 0.995], max_problems=100, eval_size=1)
+    ops = [sum(c in "+-*" for c in p.prompt) for p in task.train_problems()]
+    assert (ops.count(1), ops.count(2)) == (1, 100)
+
+
+def test_grader_defaults_and_its_workers_processes() -> None:
+    """A pool grader defaults to one worker and a 3 s deadline; its workers are daemon processes
+    (they die with the trainer, never outliving a killed run) named so they can be told apart."""
+    g = Grader("math_verify")
+    assert (g.timeout_s, g.workers) == (3.0, 1)
+    with g:
+        g.start()
+        procs = [w.process for w in g._pool]
+        assert [(p.name, p.daemon) for p in procs] == [("sppo-bench-grader", True)]
