@@ -648,11 +648,50 @@ def test_a_small_share_of_a_mixed_arith_task_still_gets_one_problem() -> None:
 
 
 def test_grader_defaults_and_its_workers_processes() -> None:
-    """A pool grader defaults to one worker and a 3 s deadline; its workers are daemon processes
-    (they die with the trainer, never outliving a killed run) named so they can be told apart."""
+    """A pool grader defaults to one worker and a 3 s deadline (the rest as documented); its
+    workers are spawned, not forked (a fork would copy the trainer's threads and memory), daemon
+    processes (they die with the trainer, never outliving a killed run), named so they can be
+    told apart."""
     g = Grader("math_verify")
-    assert (g.timeout_s, g.workers) == (3.0, 1)
+    assert (g.timeout_s, g.workers, g.kill_grace_s, g.memory_limit_bytes) == (3.0, 1, 0.5, 2 << 30)
+    assert (g.max_response_chars, g.startup_timeout_s, g.recycle_after) == (32_768, 120.0, 50_000)
+    assert g._ctx.get_start_method() == "spawn"
     with g:
         g.start()
         procs = [w.process for w in g._pool]
         assert [(p.name, p.daemon) for p in procs] == [("sppo-bench-grader", True)]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"kind": "sympy"},
+            "unknown grader kind 'sympy'; valid: integer, math_verify, reasoning_gym",
+        ),
+        ({"timeout_s": 0.0}, "need timeout_s > 0 and kill_grace_s >= 0, got 0.0, 0.5"),
+        ({"kill_grace_s": -0.1}, "need timeout_s > 0 and kill_grace_s >= 0, got 3.0, -0.1"),
+        ({"workers": 0}, "workers must be >= 1, got 0"),
+        ({"recycle_after": 0}, "recycle_after must be >= 1 or None, got 0"),
+        ({"max_response_chars": 0}, "max_response_chars must be >= 1, got 0"),
+    ],
+)
+def test_grader_settings_out_of_range_are_refused_in_full(kwargs, message) -> None:
+    settings = {"kind": "math_verify", **kwargs}
+    with pytest.raises(ValueError) as err:
+        Grader(settings.pop("kind"), **settings)
+    assert str(err.value) == message
+
+
+def test_grader_settings_at_their_bounds_are_accepted() -> None:
+    """The smallest allowed values build a grader (no pool starts until it grades)."""
+    g = Grader("math_verify", timeout_s=0.01, kill_grace_s=0.0, recycle_after=1)
+    h = Grader("math_verify", max_response_chars=1, recycle_after=None)
+    assert (g.kill_grace_s, g.recycle_after, h.max_response_chars, h.recycle_after) == (
+        0.0,
+        1,
+        1,
+        None,
+    )
+    g.close()
+    h.close()
