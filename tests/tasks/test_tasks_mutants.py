@@ -695,3 +695,16 @@ def test_grader_settings_at_their_bounds_are_accepted() -> None:
     )
     g.close()
     h.close()
+
+
+def test_a_worker_that_died_idle_is_replaced_and_the_item_graded() -> None:
+    """A worker killed between batches (an OOM kill, say) fails the next send: the item goes
+    back to the queue, not lost or scored 0, and a new worker grades it."""
+    with Grader("math_verify") as g:
+        g.start()
+        (dead,) = g._pool
+        dead.process.kill()
+        dead.process.join()
+        result = g.grade(["so $\\boxed{3}$", "so $\\boxed{4}$"], ["3", "3"])
+        assert result == GradeResult(scores=[1.0, 0.0], timeouts=0, errors=0)
+        assert [w.process for w in g._pool] != [dead.process]
