@@ -708,3 +708,16 @@ def test_a_worker_that_died_idle_is_replaced_and_the_item_graded() -> None:
         result = g.grade(["so $\\boxed{3}$", "so $\\boxed{4}$"], ["3", "3"])
         assert result == GradeResult(scores=[1.0, 0.0], timeouts=0, errors=0)
         assert [w.process for w in g._pool] != [dead.process]
+
+
+def test_a_hung_item_s_warning_names_the_worker_it_kills(monkeypatch, caplog) -> None:
+    """The warning says which item ran past its deadline (timeout plus grace) and which worker
+    process was killed for it, so a user can match it with the system's logs."""
+    monkeypatch.setenv(DEBUG_ENV, "1")  # before the pool starts: its worker honours the hook
+    with Grader("math_verify", timeout_s=0.3, kill_grace_s=0.2) as g:
+        g.start()
+        (w,) = g._pool
+        with caplog.at_level("WARNING", logger="benchmarks.tasks.grading"):
+            result = g.grade([_DEBUG_PREFIX + "hang"], ["1"])
+    assert result == GradeResult(scores=[0.0], timeouts=1, errors=0)
+    assert f"grader: item 0 exceeded 0.5s, killing worker {w.pid}" in caplog.messages
