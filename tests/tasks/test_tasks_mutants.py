@@ -721,3 +721,16 @@ def test_a_hung_item_s_warning_names_the_worker_it_kills(monkeypatch, caplog) ->
             result = g.grade([_DEBUG_PREFIX + "hang"], ["1"])
     assert result == GradeResult(scores=[0.0], timeouts=1, errors=0)
     assert f"grader: item 0 exceeded 0.5s, killing worker {w.pid}" in caplog.messages
+
+
+def test_a_worker_that_dies_on_an_item_is_named_with_its_exit_code(monkeypatch, caplog) -> None:
+    """A worker that dies on an item (the ``crash`` hook exits 70) scores it 0 as an error, and
+    the warning names the worker, its exit code and the item."""
+    monkeypatch.setenv(DEBUG_ENV, "1")  # before the pool starts: its worker honours the hook
+    with Grader("math_verify") as g:
+        g.start()
+        (w,) = g._pool
+        with caplog.at_level("WARNING", logger="benchmarks.tasks.grading"):
+            result = g.grade([_DEBUG_PREFIX + "crash"], ["1"])
+    assert result == GradeResult(scores=[0.0], timeouts=0, errors=1)
+    assert f"grader: worker {w.pid} died (exit code 70) on item 0" in caplog.messages
