@@ -28,7 +28,16 @@ from benchmarks.telemetry.meter import Budget, FlopModel
 from benchmarks.training.modeling import build_tiny_llama
 from benchmarks.training.trainer import rollout_logprob_mismatch
 from testkit.tolerances import fp_tol
-from testkit.trainers import MAX_NEW, OVERRIDES, SPEC, SPS, FirstDigitTask, make_trainer
+from testkit.trainers import (
+    MAX_NEW,
+    OVERRIDES,
+    SPEC,
+    SPS,
+    EngineSpy,
+    FirstDigitTask,
+    make_trainer,
+    teacher_forced_flops,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -43,21 +52,6 @@ def start(tok):
 @pytest.fixture(scope="module")
 def dense():
     return FirstDigitTask(horizon=1, eval_size=16)
-
-
-class Spy:
-    """The trainer's engine, unchanged, keeping each call's rollout and keyword arguments."""
-
-    def __init__(self, inner) -> None:
-        self.inner, self.calls = inner, []
-
-    def generate(self, prompts, **kw):
-        ro = self.inner.generate(prompts, **kw)
-        self.calls.append((kw, ro))
-        return ro
-
-    def sync_weights(self) -> None:
-        self.inner.sync_weights()
 
 
 class ConstantTask(FirstDigitTask):
@@ -78,20 +72,11 @@ class AlternatingTask(FirstDigitTask):
 
 def spied(alg, start, tok, task, **cfg):
     trainer = make_trainer(alg, start, tok, task, BUDGET, **cfg)
-    trainer.engine = Spy(trainer.engine)
+    trainer.engine = EngineSpy(trainer.engine)
     return trainer
 
 
 # --- the compute meter ------------------------------------------------------------------------
-
-
-def _seq(fm: FlopModel, ro, *, head: bool = True) -> int:
-    """One teacher-forced forward over every row: prompt plus response, head on the response."""
-    plens = ro.prompt_mask.sum(-1).tolist()
-    return sum(
-        fm.forward(p + r, 0, logits=r, head=head)
-        for p, r in zip(plens, ro.lengths.tolist(), strict=True)
-    )
 
 
 def _prompts(fm: FlopModel, ro) -> int:
@@ -136,15 +121,19 @@ def test_meter_counts_each_phase_of_two_steps(case, start, tok, dense):
         prompts += len(ro.texts) // alg.samples_per_prompt
         epochs = alg.ppo_epochs
         if old_pass:  # off-policy updates need the sampling policy's log-probs apart
-            expected["logprob"] += _seq(fm, ro)
+            expected["logprob"] += teacher_forced_flops(fm, ro)
         if alg.uses_reference:
-            expected["reference"] += _seq(fm, ro)
+            expected["reference"] += teacher_forced_flops(fm, ro)
         if alg.critic != "none":
             # the values before the update, then a forward and backward per mini-batch step
-            crit = _prompts(fm, ro) if alg.critic == "prompt" else _seq(fm, ro, head=False)
+            crit = (
+                _prompts(fm, ro)
+                if alg.critic == "prompt"
+                else teacher_forced_flops(fm, ro, head=False)
+            )
             expected["critic"] += crit + 3 * epochs * crit
         if step >= alg.critic_warmup_steps:
-            expected["update"] += 3 * epochs * _seq(fm, ro)  # forward and backward
+            expected["update"] += 3 * epochs * teacher_forced_flops(fm, ro)  # forward and backward
     meter = trainer.meter
     assert {p: meter.flops[p] for p in M.PHASES} == {p: float(v) for p, v in expected.items()}
     assert (meter.samples, meter.rollout_tokens, meter.prompts) == (samples, tokens, prompts)
@@ -160,7 +149,7 @@ def test_every_generation_batch_has_its_own_seed(start, tok, caplog):
     seed, batches = 2**62 + 7, 3
     alg = get_algorithm("dapo", group_size=4, max_gen_batches=batches)
     trainer = make_trainer(alg, start, tok, ConstantTask(horizon=1), BUDGET, seed=seed)
-    trainer.engine = Spy(trainer.engine)
+    trainer.engine = EngineSpy(trainer.engine)
     caplog.set_level(logging.INFO, logger="benchmarks.training.trainer")
     for step in range(2):
         trainer.step = step

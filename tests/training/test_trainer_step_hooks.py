@@ -23,7 +23,14 @@ from benchmarks.telemetry import metrics as M
 from benchmarks.telemetry.meter import Budget, FlopModel
 from benchmarks.training.modeling import build_tiny_llama
 from testkit.tolerances import fp_tol
-from testkit.trainers import SPEC, SPS, FirstDigitTask, make_trainer
+from testkit.trainers import (
+    SPEC,
+    SPS,
+    EngineSpy,
+    FirstDigitTask,
+    make_trainer,
+    teacher_forced_flops,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -38,21 +45,6 @@ def start(tok):
 @pytest.fixture(scope="module")
 def dense():
     return FirstDigitTask(horizon=1, eval_size=16)
-
-
-class Spy:
-    """The trainer's engine, unchanged, keeping each call's rollout."""
-
-    def __init__(self, inner) -> None:
-        self.inner, self.rollouts = inner, []
-
-    def generate(self, prompts, **kw):
-        ro = self.inner.generate(prompts, **kw)
-        self.rollouts.append(ro)
-        return ro
-
-    def sync_weights(self) -> None:
-        self.inner.sync_weights()
 
 
 def _record(obj, name: str) -> list:
@@ -100,24 +92,12 @@ class _Observer(Algorithm):
 
 def _observed_step(alg, start, tok, task, **cfg):
     trainer = make_trainer(alg, start, tok, task, BUDGET, actor_lr=1e-2, **cfg)
-    trainer.engine = Spy(trainer.engine)
+    trainer.engine = EngineSpy(trainer.engine)
     taken = _record(trainer.stream, "take")
     stats = trainer.train_step()
     problems = [p for _, out in taken for p in out]
-    ((ro),) = trainer.engine.rollouts
+    ((_, ro),) = trainer.engine.calls
     return trainer, stats, problems, ro
-
-
-def _teacher_forced_flops(fm: FlopModel, ro) -> float:
-    """One teacher-forced forward over every row: prompt plus response, LM head on the
-    response (the analytic model of docs/design.md §3, recomputed here)."""
-    plens = ro.prompt_mask.sum(-1).tolist()
-    return float(
-        sum(
-            fm.forward(p + r, 0, logits=r, head=True)
-            for p, r in zip(plens, ro.lengths.tolist(), strict=True)
-        )
-    )
 
 
 @pytest.mark.parametrize("updated", [True, False], ids=["updated-log-probs", "none"])
@@ -158,7 +138,7 @@ def test_a_stateful_algorithm_observes_the_rows_it_was_trained_on(updated, start
     # ... of the updated policy: lr 1e-2 moves them far beyond that
     assert (new[m] - ro.log_probs[m]).abs().max() > 100 * fp_tol(SPEC.hidden_size, scale=3.0)
     # on-policy, this is the step's only log-prob pass
-    assert trainer.meter.flops["logprob"] == _teacher_forced_flops(fm, ro)
+    assert trainer.meter.flops["logprob"] == float(teacher_forced_flops(fm, ro))
 
 
 def test_off_policy_observe_gets_the_log_prob_pass_of_the_sampling_policy(start, tok, dense):
@@ -183,7 +163,7 @@ def test_start_success_sets_the_head_once_from_the_first_batch(alg_name, start, 
     spread of the values the critic predicted before its update."""
     alg = get_algorithm(alg_name, **({"critic_warmup_steps": 0} if alg_name == "ppo" else {}))
     trainer = make_trainer(alg, start, tok, dense, BUDGET, critic_head_init="start_success")
-    trainer.engine = Spy(trainer.engine)
+    trainer.engine = EngineSpy(trainer.engine)
     inits = _record(trainer.critic, "init_head")
     values = _record(trainer.critic, "values")
     for step in range(2):
@@ -193,7 +173,7 @@ def test_start_success_sets_the_head_once_from_the_first_batch(alg_name, start, 
         # the first values call of a step is the one before the update
         assert stats[M.CRITIC_VALUE_STD] == trainer.critic.prediction_std(values[first][1])
     ((args, _),) = inits
-    ro = trainer.engine.rollouts[0]
+    _, ro = trainer.engine.calls[0]
     problems = [None] * len(ro.texts)  # FirstDigitTask grades the text alone
     expected = torch.tensor(dense.grade(ro.texts, problems).scores, dtype=torch.float32)
     assert torch.equal(args[0], expected)

@@ -10,7 +10,7 @@ from benchmarks.engines.torch_engine import TorchEngine
 from benchmarks.tasks.arith import ArithTask
 from benchmarks.tasks.base import TaskProblem
 from benchmarks.tasks.grading import GradeResult
-from benchmarks.telemetry.meter import Budget
+from benchmarks.telemetry.meter import Budget, FlopModel
 from benchmarks.telemetry.tracking import NullTracker
 from benchmarks.training.config import TrainerConfig
 from benchmarks.training.modeling import ModelSpec
@@ -82,4 +82,29 @@ def make_trainer(
         reference=reference,
         critic_base=start,
         precision=precision,
+    )
+
+
+class EngineSpy:
+    """The trainer's engine, unchanged, keeping each call's keyword arguments and rollout."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.calls = inner, []
+
+    def generate(self, prompts: list[str], **kw: Any) -> Any:
+        ro = self.inner.generate(prompts, **kw)
+        self.calls.append((kw, ro))
+        return ro
+
+    def sync_weights(self) -> None:
+        self.inner.sync_weights()
+
+
+def teacher_forced_flops(fm: FlopModel, ro: Any, *, head: bool = True) -> int:
+    """One teacher-forced forward over every row: prompt plus response, head on the response
+    (the analytic FLOP model, recomputed from the rollout alone)."""
+    plens = ro.prompt_mask.sum(-1).tolist()
+    return sum(
+        fm.forward(p + r, 0, logits=r, head=head)
+        for p, r in zip(plens, ro.lengths.tolist(), strict=True)
     )
