@@ -710,27 +710,31 @@ def test_a_worker_that_died_idle_is_replaced_and_the_item_graded() -> None:
         assert [w.process for w in g._pool] != [dead.process]
 
 
-def test_a_hung_item_s_warning_names_the_worker_it_kills(monkeypatch, caplog) -> None:
-    """The warning says which item ran past its deadline (timeout plus grace) and which worker
-    process was killed for it, so a user can match it with the system's logs."""
+@pytest.mark.parametrize(
+    ("hook", "settings", "counts", "warning"),
+    [
+        # past its deadline (timeout plus grace): killed, a timeout
+        (
+            "hang",
+            {"timeout_s": 0.3, "kill_grace_s": 0.2},
+            (1, 0),
+            "item 0 exceeded 0.5s, killing worker {pid}",
+        ),
+        # the worker dies on the item (the hook exits 70): an error
+        ("crash", {}, (0, 1), "worker {pid} died (exit code 70) on item 0"),
+    ],
+)
+def test_a_lost_item_s_warning_names_the_worker(
+    hook, settings, counts, warning, monkeypatch, caplog
+) -> None:
+    """An item lost to a hang or a dying worker scores 0, counted as a timeout or an error, and
+    the warning names the item and the worker process (its exit code when it died), so a user
+    can match it with the system's logs."""
     monkeypatch.setenv(DEBUG_ENV, "1")  # before the pool starts: its worker honours the hook
-    with Grader("math_verify", timeout_s=0.3, kill_grace_s=0.2) as g:
+    with Grader("math_verify", **settings) as g:
         g.start()
         (w,) = g._pool
         with caplog.at_level("WARNING", logger="benchmarks.tasks.grading"):
-            result = g.grade([_DEBUG_PREFIX + "hang"], ["1"])
-    assert result == GradeResult(scores=[0.0], timeouts=1, errors=0)
-    assert f"grader: item 0 exceeded 0.5s, killing worker {w.pid}" in caplog.messages
-
-
-def test_a_worker_that_dies_on_an_item_is_named_with_its_exit_code(monkeypatch, caplog) -> None:
-    """A worker that dies on an item (the ``crash`` hook exits 70) scores it 0 as an error, and
-    the warning names the worker, its exit code and the item."""
-    monkeypatch.setenv(DEBUG_ENV, "1")  # before the pool starts: its worker honours the hook
-    with Grader("math_verify") as g:
-        g.start()
-        (w,) = g._pool
-        with caplog.at_level("WARNING", logger="benchmarks.tasks.grading"):
-            result = g.grade([_DEBUG_PREFIX + "crash"], ["1"])
-    assert result == GradeResult(scores=[0.0], timeouts=0, errors=1)
-    assert f"grader: worker {w.pid} died (exit code 70) on item 0" in caplog.messages
+            result = g.grade([_DEBUG_PREFIX + hook], ["1"])
+    assert result == GradeResult(scores=[0.0], timeouts=counts[0], errors=counts[1])
+    assert "grader: " + warning.format(pid=w.pid) in caplog.messages
