@@ -277,7 +277,7 @@ HANG_FACTOR = 10.0
 HANG_FLOOR_S = 20.0
 HANG_SETUP_S = 60.0
 #: A test blocked in a wait (a pipe no one writes to) burns no CPU: past this many seconds of
-#: wall time (at least HANG_WALL_S, against HANG_FACTOR times its duration on a loaded machine)
+#: wall time (HANG_WALL_FACTOR times its duration, at least HANG_WALL_S, for a loaded machine)
 #: the process sends itself SIGXCPU, the signal of mutmut's CPU limit, so it counts as a timeout.
 HANG_WALL_FACTOR = 10.0
 HANG_WALL_S = 60.0
@@ -306,19 +306,18 @@ def _on_hang(signum: int, frame: object) -> None:
 _WATCHDOG: list[threading.Timer] = []
 
 
-def _arm(seconds: float, wall: float | None = None) -> None:
-    """Repeating, so that code which swallows one exception is interrupted again; with ``wall``,
-    also the wall-clock watchdog (a daemon thread)."""
+def _arm(seconds: float, wall: float) -> None:
+    """The CPU guard, repeating so that code which swallows one exception is interrupted again,
+    and the wall-clock watchdog (a daemon thread), each replacing the one armed before."""
     if "__mutmut_" not in os.environ.get("MUTANT_UNDER_TEST", ""):
         return  # mutmut's stats, clean and forced-fail runs, and every run outside mutmut
     signal.signal(signal.SIGPROF, _on_hang)
     signal.setitimer(signal.ITIMER_PROF, seconds, 1.0)
-    if wall is not None:
-        _disarm_watchdog()
-        timer = threading.Timer(wall, os.kill, (os.getpid(), signal.SIGXCPU))
-        timer.daemon = True
-        timer.start()
-        _WATCHDOG.append(timer)
+    _disarm_watchdog()
+    timer = threading.Timer(wall, os.kill, (os.getpid(), signal.SIGXCPU))
+    timer.daemon = True
+    timer.start()
+    _WATCHDOG.append(timer)
 
 
 def _disarm_watchdog() -> None:
