@@ -23,7 +23,7 @@ from benchmarks.suite.run import run_suite
 from benchmarks.training import checkpoint as ckpt
 from testkit.parity import histories, identity
 from testkit.paths import REPO
-from testkit.services import free_port, ray_cluster
+from testkit.services import free_port, ray_cluster, remove_node
 from testkit.suites import MICRO
 
 #: Ray notices a dead node after this many missed health checks of this period (defaults: 5 of
@@ -229,7 +229,7 @@ def test_a_node_removed_while_its_runs_train(micro_suite, tmp_path, shared):
                 assert time.monotonic() < deadline, "no run saved a checkpoint"
                 time.sleep(0.1)
             assert driver.poll() is None, driver.stdout.read()
-            cluster.remove_node(doomed, allow_graceful=False)
+            remove_node(cluster, doomed)  # with every process it ran
             if not shared:  # what an output_dir on the dead node's own disk loses with it
                 shutil.rmtree(out / "checkpoints")
             cluster.add_node(num_cpus=1)

@@ -61,6 +61,26 @@ def ray_cluster(nodes: int = 2, cpus: int = 1, **head_args: Any) -> Iterator[Any
         os.chdir(cwd)
 
 
+def remove_node(cluster: Any, node: Any) -> None:
+    """Remove ``node`` from ``cluster`` as a machine that dies does: every process it started is
+    gone when this returns. Ray's ``Cluster.remove_node`` kills the node's raylet, but a worker
+    notices that only later (0.7 s on an idle 2-core machine, more under load) and runs on
+    meanwhile: a training task could still write a checkpoint to the dead node's disk."""
+    import psutil
+
+    started = [p.process.pid for procs in node.all_processes.values() for p in procs]
+    descendants = []
+    for pid in started:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            descendants += psutil.Process(pid).children(recursive=True)
+    cluster.remove_node(node, allow_graceful=False)
+    for proc in descendants:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+    _, alive = psutil.wait_procs(descendants, timeout=30)
+    assert not alive, f"processes of the removed node still alive: {alive}"
+
+
 def pg_bin() -> Path | None:
     """The directory of PostgreSQL's server binaries (initdb, pg_ctl), or None."""
     found = shutil.which("pg_ctl")
