@@ -661,6 +661,20 @@ def _has_path(cfg: Any, path: str) -> tuple[bool, str, list[str]]:
     return True, path, []
 
 
+def task_eval_name(task: Any) -> str:
+    """The name the built task's whole eval set has in metric keys (``eval/<name>/accuracy``),
+    read from the task's config node alone: the spec is checked before any trial, without
+    generating or loading the task's problems. Each task's own default: the task's name for
+    arith, the dataset's for Reasoning Gym, the first eval set's for a real dataset."""
+    if task.get("eval_name"):
+        return str(task["eval_name"])
+    if task["name"] == "reasoning_gym":
+        return str(task["dataset"])
+    if task["name"] == "arith":
+        return "arith"
+    return str((list(task.get("eval_datasets") or []) or [task["name"]])[0])
+
+
 def check_spec(spec: SweepSpec, fixed: Sequence[str] = ()) -> dict[str, Any]:
     """Compose each algorithm's trial config and check the spec against it, before any trial.
 
@@ -707,13 +721,12 @@ def check_spec(spec: SweepSpec, fixed: Sequence[str] = ()) -> dict[str, Any]:
                     keys,
                 )
             sampled.append(p.override(alg, p.representative()))
-        task = str(cfg.task.name)
-        allowed = ["auc", f"eval/{task}/accuracy"]
+        allowed = ["auc", f"eval/{task_eval_name(cfg.task)}/accuracy"]
         if spec.objective.metric not in allowed:
             raise _fail(
                 "objective.metric",
                 spec.objective.metric,
-                f"unknown metric for task {task!r}",
+                f"unknown metric for task {str(cfg.task.name)!r}",
                 allowed,
             )
         try:

@@ -27,6 +27,8 @@ from sweeps import (
     run_sweep,
 )
 from sweeps.cli import main as sweep_main
+from sweeps.spec import task_eval_name
+from testkit.paths import require_data
 from testkit.suites import MICRO
 
 BUDGET = ["budget.limit=64", "budget.eval_fractions=[0.0,0.5,1.0]"]
@@ -310,12 +312,45 @@ def test_bad_spec_fails_before_any_trial_naming_the_field(tmp_path, base, change
 
 
 @pytest.mark.parametrize(
-    "name", ["lr_per_algorithm", "critic_settings", "equal_effort", "claims_critic", "claims_actor"]
+    "name",
+    [
+        "lr_per_algorithm",
+        "critic_settings",
+        "equal_effort",
+        "claims_critic",
+        "claims_actor",
+        "claims_chain_sum_critic",
+    ],
 )
 def test_shipped_specs_are_valid_against_the_config(name):
     spec = load_spec(name)
     configs = check_spec(spec)
     assert sorted(configs) == sorted(spec.algorithms)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["task=arith"],
+        ["task=gsm8k"],
+        ["task=math"],
+        ["suite=claims_chain_sum"],
+        ["task=reasoning_gym", "task.eval_name=sums"],
+        ["suite=claims"],
+    ],
+)
+def test_the_objective_metric_names_the_eval_set_the_built_task_logs(overrides):
+    """A sweep's objective is checked against the task's config before any trial; the name it
+    allows must be the one the built task logs its whole eval set under (Reasoning Gym's is its
+    dataset's, not the task's: a chain_sum sweep was refused its own metric)."""
+    from benchmarks.config import compose_config
+    from benchmarks.tasks.build import build_task
+
+    data = (
+        [f"task.data_dir={require_data()}"] if overrides[0] in ("task=gsm8k", "task=math") else []
+    )
+    task = compose_config([*overrides, *data]).task
+    assert task_eval_name(task) == build_task(task).eval_name
 
 
 def test_cli_reports_a_spec_error_with_status_2(tmp_path, capsys):
