@@ -738,3 +738,32 @@ def test_a_lost_item_s_warning_names_the_worker(
             result = g.grade([_DEBUG_PREFIX + hook], ["1"])
     assert result == GradeResult(scores=[0.0], timeouts=counts[0], errors=counts[1])
     assert "grader: " + warning.format(pid=w.pid) in caplog.messages
+
+
+@pytest.mark.parametrize(
+    ("planted", "message"),
+    [
+        # an import that raises: the worker catches it and reports it (`fatal`)
+        (
+            "raise ImportError('planted: a broken install')",
+            "grader worker failed to start: ImportError: planted: a broken install",
+        ),
+        # an import that ends the process before it can report anything
+        ("import os\nos._exit(3)", "grader worker exited during start-up (exit code 3)"),
+    ],
+)
+def test_a_worker_that_cannot_start_fails_the_pool_with_why(
+    planted, message, tmp_path, monkeypatch
+) -> None:
+    """A worker whose start-up fails (math-verify broken, say) is not retried for ever nor
+    waited on until its start-up deadline: the pool raises at once with the worker's own reason,
+    or its exit code where it died without one, and keeps no dead worker. The defect is planted
+    as a real one would be: a broken ``math_verify`` first on the path the spawned worker
+    inherits from this process."""
+    (tmp_path / "math_verify.py").write_text(planted + "\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with Grader("math_verify", startup_timeout_s=60.0) as g:
+        with pytest.raises(RuntimeError) as err:
+            g.start()
+        assert str(err.value) == message
+        assert g._pool == []
