@@ -320,6 +320,7 @@ def test_bad_spec_fails_before_any_trial_naming_the_field(tmp_path, base, change
         "claims_critic",
         "claims_actor",
         "claims_chain_sum_critic",
+        "claims_chain_sum_actor",
     ],
 )
 def test_shipped_specs_are_valid_against_the_config(name):
