@@ -767,3 +767,61 @@ def test_a_worker_that_cannot_start_fails_the_pool_with_why(
             g.start()
         assert str(err.value) == message
         assert g._pool == []
+
+
+@pytest.mark.parametrize(
+    ("responses", "golds", "message"),
+    [
+        ([3], ["3"], "every response must be a str, got int"),
+        (["3"], [None], "every gold must be a str, got NoneType"),
+    ],
+)
+def test_non_string_input_is_refused_naming_the_field_and_type(responses, golds, message) -> None:
+    """Refused before any worker starts, naming which input and what it got."""
+    with Grader("math_verify") as g:
+        with pytest.raises(TypeError) as err:
+            g.grade(responses, golds)
+        assert str(err.value) == message
+        assert g._pool == []
+
+
+def test_a_closed_grader_says_so_in_full() -> None:
+    g = Grader("math_verify")
+    g.close()
+    with pytest.raises(RuntimeError) as err:
+        g.grade(["1"], ["1"])
+    assert str(err.value) == "Grader is closed"
+
+
+def test_a_worker_is_recycled_after_exactly_recycle_after_items() -> None:
+    """``recycle_after=2``: the worker that graded its second item is replaced, not the one
+    that graded its first (nor only after a third)."""
+    with Grader("math_verify", recycle_after=2) as g:
+        g.start()
+        first = g._worker_pids()
+        g.grade(["so $\\boxed{1}$"], ["1"])
+        assert g._worker_pids() == first
+        g.grade(["so $\\boxed{2}$"], ["2"])
+        g.start()  # the replacement has a pid once it is ready
+        second = g._worker_pids()
+        assert second != first
+        g.grade(["so $\\boxed{3}$"], ["3"])
+        assert g._worker_pids() == second
+
+
+def test_every_timeout_and_error_of_a_batch_is_counted_and_an_error_named(
+    monkeypatch, caplog
+) -> None:
+    """Two items past the soft deadline are two timeouts, two that raise two errors; each error's
+    warning names the item and the exception the worker caught."""
+    monkeypatch.setenv(DEBUG_ENV, "1")  # before the pool starts: its worker honours the hooks
+    sleep, fail = _DEBUG_PREFIX + "sleep:5", _DEBUG_PREFIX + "raise"
+    with Grader("math_verify", timeout_s=0.3) as g:
+        g.start()
+        with caplog.at_level("WARNING", logger="benchmarks.tasks.grading"):
+            result = g.grade([sleep, fail, sleep, fail, "$\\boxed{1}$"], ["1"] * 5)
+    assert result == GradeResult(scores=[0.0, 0.0, 0.0, 0.0, 1.0], timeouts=2, errors=2)
+    raised = [m for m in caplog.messages if " raised " in m]
+    assert raised == [
+        f"grader: item {i} raised RuntimeError: debug: requested failure" for i in (1, 3)
+    ]
