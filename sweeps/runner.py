@@ -252,27 +252,48 @@ class _Objective:
             raise
 
     def _check_admissible(self, trial: Any, algorithm: str, run_ids: Sequence[str]) -> None:
-        """Record the spec's ``admissible`` metrics (final values, mean over the trial's runs),
-        whether the trial reaches every minimum, and the constraint values the sampler reads
-        (``Trial.set_constraint``, <= 0: feasible). A metric a run never logged counts as
-        missed."""
+        """Record the spec's ``admissible`` metrics, whether the trial reaches every minimum, and
+        the constraint values the sampler reads (``Trial.set_constraint``, <= 0: feasible).
+
+        A metric is read as the claims' ``final_min`` gates read it: its final value per start
+        (mean over that start's runs), then the weakest start. A mean over starts would admit a
+        setting whose critic learns on one start and not on the other, and the suite the sweep
+        tunes would then find its claim untestable on that very start. A metric a run never
+        logged counts as missed."""
         rules = self.ctx.spec.admissible_for(algorithm)
         if not rules:
             return
         from mlflow.tracking import MlflowClient
 
+        from benchmarks.telemetry import metrics as M
+
         client = MlflowClient(self.ctx.tracking_uri)
-        finals = [client.get_run(rid).data.metrics for rid in run_ids]
+        runs = [client.get_run(rid).data for rid in run_ids]
+        finals = [(d.tags.get(M.TAG_START, ""), d.metrics) for d in runs]
         ok = True
         for metric, minimum in rules.items():
-            values = [m[metric] for m in finals if metric in m]
-            value = sum(values) / len(values) if len(values) == len(finals) and values else None
+            per_start = final_per_start(finals, metric)
+            value = min(per_start.values()) if per_start else None
             trial.set_user_attr(f"final/{metric}", value)
+            trial.set_user_attr(f"final_per_start/{metric}", per_start)
             miss = value is None or not math.isfinite(value) or value < minimum
             ok = ok and not miss
             margin = 1.0 if value is None or not math.isfinite(value) else minimum - value
             trial.set_constraint(metric, margin)
         trial.set_user_attr(_ATTR_ADMISSIBLE, ok)
+
+
+def final_per_start(
+    finals: Sequence[tuple[str, Mapping[str, float]]], metric: str
+) -> dict[str, float]:
+    """``metric``'s final value per start, averaged over the start's runs, from (start, final
+    metrics) pairs, one per run; empty when any run lacks the metric (the trial then misses)."""
+    if not finals or any(metric not in m for _, m in finals):
+        return {}
+    by_start: dict[str, list[float]] = {}
+    for start, m in finals:
+        by_start.setdefault(start, []).append(float(m[metric]))
+    return {s: sum(v) / len(v) for s, v in sorted(by_start.items())}
 
 
 # --------------------------------------------------------------------------- MLflow callback
@@ -540,12 +561,22 @@ def _trial_rows(spec: SweepSpec, studies: Mapping[str, tuple[Any, str | None]]) 
                     "values_per_start": t.user_attrs.get("values_per_start"),
                     "admissible": t.user_attrs.get(_ATTR_ADMISSIBLE) if rules else None,
                     "finals": {m: t.user_attrs.get(f"final/{m}") for m in rules},
+                    "finals_per_start": {
+                        m: t.user_attrs.get(f"final_per_start/{m}") or {} for m in rules
+                    },
                     "params": {
                         _short_name(k, alg): v for k, v in t.params.items() if k != "algorithm"
                     },
                 }
             )
     return rows
+
+
+def _per_start_text(per_start: Mapping[str, float] | None) -> str:
+    """`` (s0 0.239 / s1 -0.013)`` for a trial over several starts; empty for one."""
+    if not per_start or len(per_start) < 2:
+        return ""
+    return " (" + " / ".join(f"{s} {v:.3f}" for s, v in per_start.items()) + ")"
 
 
 def _fmt(v: Any) -> str:
@@ -579,8 +610,9 @@ def render_markdown(result: SweepResult) -> str:
             "",
             "## Every trial",
             "",
-            "Admissible: the trial's runs reach the spec's `admissible` minimums (final values, "
-            "mean over runs); only admissible trials can be best. Per start: the objective of "
+            "Admissible: every start of the trial reaches the spec's `admissible` minimums "
+            "(final values, the weakest start's, as the claims' gates read them; each start's "
+            "in brackets); only admissible trials can be best. Per start: the objective of "
             "each independent start.",
             "",
             "| algorithm | trial | state | value | per start | admissible | final metrics | "
@@ -593,7 +625,9 @@ def render_markdown(result: SweepResult) -> str:
             per = "-" if not per else " / ".join(f"{v:.3f}" for v in per)
             ok = {None: "-", True: "yes", False: "no"}[r["admissible"]]
             finals = ", ".join(
-                f"{k}={'-' if v is None else f'{v:.3f}'}" for k, v in r["finals"].items()
+                f"{k}={'-' if v is None else f'{v:.3f}'}"
+                + _per_start_text(r["finals_per_start"].get(k))
+                for k, v in r["finals"].items()
             )
             params = ", ".join(f"{k}={_fmt(v)}" for k, v in r["params"].items()) or "-"
             lines.append(

@@ -26,8 +26,8 @@ and what is allowed.
     enqueue: [{algorithm: sppo, algorithm.sppo.actor_lr: 1.0e-4}]   # run these points first
     starts: 2                          # independent warm starts per trial (seeds with
                                        # warmstart.per_seed); the value is their mean
-    admissible:                        # a trial counts only if its runs' final values reach these
-      ppo: {critic/heldout_explained_variance: 0.1}
+    admissible:                        # a trial counts only if every start's final value
+      ppo: {critic/heldout_explained_variance: 0.1}    # reaches these (the claims' gates' reading)
 
 With ``starts`` > 1 the trial's value is the mean of its starts' values, known only at the end,
 so ``pruner`` must be ``none``; that also spares a critic warm-up, which spends budget before the

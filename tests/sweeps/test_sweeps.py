@@ -429,3 +429,54 @@ def test_a_trial_over_two_starts_scores_their_mean_and_only_admissible_trials_ar
     rows = result.trials
     assert [r["admissible"] for r in rows] == [False, False]
     assert all(r["finals"][M.COMPUTE_ROLLOUT_SAMPLES] == 64 for r in rows)
+
+
+@pytest.mark.parametrize(
+    ("runs", "weakest", "admissible"),
+    [
+        # the mean over starts (0.4) passes 0.3; start s1 does not: not admissible
+        ([("s0", 0.6), ("s1", 0.2)], 0.2, False),
+        # two RL seeds of start s0 average to 0.5 (a start is one unit, as in the gates: its
+        # weaker run alone, 0.25, would miss); s1 (0.4) is the weakest start
+        ([("s0", 0.25), ("s0", 0.75), ("s1", 0.4)], 0.4, True),
+        # a run that never logged the metric: missed
+        ([("s0", 0.9), ("s1", None)], None, False),
+    ],
+)
+def test_admissibility_reads_the_weakest_start_as_the_claims_gates_do(
+    tmp_path, base, runs, weakest, admissible
+):
+    """A sweep ships the setting a claims suite then gates on its weakest start; admitting by
+    the mean over starts let a critic that learnt on one start and not the other through (the
+    chain_sum PPO critic: held-out explained variance 0.239 and -0.013). Real MLflow runs, a real
+    Optuna trial; the rule reads the runs' start tags."""
+    from sweeps.runner import _Context, _Objective
+
+    metric = "critic/calibration_pearson"
+    spec = parse_spec(_spec(base, starts=2, admissible={"sppo": {metric: 0.3}}))
+    stores = _stores(tmp_path)
+    client = MlflowClient(stores["tracking_uri"])
+    exp = client.create_experiment("admissible")
+    ids = []
+    for start, value in runs:
+        run = client.create_run(exp, tags={M.TAG_START: start})
+        if value is not None:
+            client.log_metric(run.info.run_id, metric, value, step=8)
+        client.set_terminated(run.info.run_id)
+        ids.append(run.info.run_id)
+    ctx = _Context(spec, stores["storage"], stores["tracking_uri"], exp, "", ())
+    study = optuna.create_study(storage=stores["storage"], study_name="admissible")
+    trial = study.ask()
+    _Objective(ctx, "admissible", "sppo")._check_admissible(trial, "sppo", ids)
+    study.tell(trial, 0.5)
+    (done,) = study.trials
+    assert done.user_attrs["admissible"] is admissible
+    assert done.user_attrs[f"final/{metric}"] == weakest
+    if weakest is None:
+        assert done.user_attrs[f"final_per_start/{metric}"] == {}
+        assert done.constraints == {metric: 1.0}  # missing: infeasible
+    else:
+        per_start = {s: v for s, v in runs if s == "s1"}
+        per_start["s0"] = sum(v for s, v in runs if s == "s0") / sum(s == "s0" for s, _ in runs)
+        assert done.user_attrs[f"final_per_start/{metric}"] == pytest.approx(per_start, abs=0)
+        assert done.constraints == {metric: pytest.approx(0.3 - weakest, abs=1e-15)}
