@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from pathlib import Path
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 from benchmarks.telemetry.metrics import (
     COMPUTE_FLOPS,
@@ -150,3 +153,14 @@ def algorithm_colors(names: Iterable[str]) -> dict[str, str]:
     for name in order_algorithms(names):
         colors[name] = _ALGORITHM_COLORS.get(name) or next(spare)
     return colors
+
+
+def local_artifact_dir(artifact_uri: str) -> Path | None:
+    """The directory of a run's artifacts when the artifact store is local (a ``file://`` URI or
+    a plain path, as a SQLite store's ``mlartifacts/``), else None: they must be downloaded."""
+    parsed = urlparse(artifact_uri)
+    if parsed.scheme == "file":
+        return Path(url2pathname(parsed.path))
+    if parsed.scheme == "":
+        return Path(artifact_uri)
+    return None

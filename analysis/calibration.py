@@ -22,8 +22,6 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
-from urllib.request import url2pathname
 
 import numpy as np
 import pandas as pd
@@ -41,7 +39,7 @@ from benchmarks.telemetry.metrics import (
     PAPER_CALIBRATION_PEARSON,
 )
 
-from ._common import algorithm_colors, order_algorithms
+from ._common import algorithm_colors, local_artifact_dir, order_algorithms
 
 __all__ = [
     "CALIBRATION_ARTIFACT",
@@ -83,20 +81,10 @@ def _read_table(path: Path) -> pd.DataFrame:
     return pd.DataFrame(blob["data"], columns=blob["columns"])
 
 
-def _local_dir(artifact_uri: str) -> Path | None:
-    """The directory of a local artifact store (``file://`` URI or plain path), else None."""
-    parsed = urlparse(artifact_uri)
-    if parsed.scheme == "file":
-        return Path(url2pathname(parsed.path))
-    if parsed.scheme == "":
-        return Path(artifact_uri)
-    return None
-
-
 def _fetch(client: Any, run: Any, artifact_file: str, dst: Path) -> Path | None:
     """A local path of the run's artifact, or None when the run has none: read in place from a
     local store, downloaded from any other."""
-    local = _local_dir(run.info.artifact_uri)
+    local = local_artifact_dir(run.info.artifact_uri)
     if local is not None:
         path = local / artifact_file
         return path if path.is_file() else None

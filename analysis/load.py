@@ -52,6 +52,7 @@ from ._common import (
     MLFLOW_PARENT_TAG,
     RUN_COLUMNS,
     dataset_horizon,
+    local_artifact_dir,
 )
 
 __all__ = [
@@ -147,19 +148,26 @@ def load_runs(
         runs = [r for r in runs if r.data.tags.get(TAG_ROLE) not in set(exclude_roles)]
         meta = _run_frame([_record(r) for r in runs], exclude_roles)
         history = _client_history(client, runs, metrics)
-    if meta is None or meta.empty:
-        empty = pd.DataFrame(columns=list(TIDY_COLUMNS))
-        empty.attrs["tracking_uri"] = uri
-        return empty
-
-    history = history.sort_values(["timestamp"], kind="stable")
-    history = history.drop_duplicates(["run_id", "metric", "step"], keep="last")
-    tidy = history.merge(meta, on="run_id", how="left", validate="many_to_one")
-    tidy = tidy.sort_values(["run_id", "metric", "step"], kind="stable").reset_index(drop=True)
+    tidy = tidy_frame(history, meta)
     logger.debug("loaded %d runs, %d rows from %s", len(meta), len(tidy), uri)
-    tidy = tidy[list(TIDY_COLUMNS)]
     tidy.attrs["tracking_uri"] = uri
     return tidy
+
+
+def tidy_frame(history: pd.DataFrame, meta: pd.DataFrame | None) -> pd.DataFrame:
+    """The tidy frame from raw metric rows (run_id, metric, step, value, timestamp) and one row
+    per run (:data:`RUN_COLUMNS`): the latest of duplicate (run, metric, step) points kept.
+
+    Shared by :func:`load_runs` and :mod:`analysis.results`, so a report read from a results
+    set sees exactly the frame the store gave.
+    """
+    if meta is None or meta.empty:
+        return pd.DataFrame(columns=list(TIDY_COLUMNS))
+    history = history.sort_values(["timestamp"], kind="stable")
+    history = history.drop_duplicates(["run_id", "metric", "step"], keep="last")
+    tidy = history.merge(meta, on="run_id", how="inner", validate="many_to_one")
+    tidy = tidy.sort_values(["run_id", "metric", "step"], kind="stable").reset_index(drop=True)
+    return tidy[list(TIDY_COLUMNS)]
 
 
 def eval_points(df: pd.DataFrame, dataset: str | Sequence[str] | None = None) -> pd.DataFrame:
@@ -367,9 +375,15 @@ def _run_frame(records: Sequence[_Record], exclude_roles: Sequence[str] = ()) ->
                 "horizon": tags.get(HORIZON_TAG),
             }
         )
-    meta = pd.DataFrame(rows, columns=list(RUN_COLUMNS))
+    return typed_runs(pd.DataFrame(rows, columns=list(RUN_COLUMNS)))
+
+
+def typed_runs(meta: pd.DataFrame) -> pd.DataFrame:
+    """Run identity columns as the analysis reads them: integer seeds when every seed is one,
+    numeric budget limits and horizons."""
     if meta.empty:
         return meta
+    meta = meta.copy()
     seeds = pd.to_numeric(meta["seed"], errors="coerce")
     if seeds.notna().all() and (seeds == seeds.round()).all():
         meta["seed"] = seeds.astype("int64")
@@ -467,6 +481,18 @@ def _sqlite_history(
     if patterns:
         out = out[_match(out["metric"], metrics)]
     return out
+
+
+def run_histories(client: Any, runs: Sequence[Any]) -> pd.DataFrame:
+    """Every metric point of the runs (MLflow ``Run`` objects), raw: run_id, metric, step, value,
+    timestamp. With SQL from a SQLite store, else through the client."""
+    db_path = _sqlite_path(client.tracking_uri)
+    if db_path is not None:
+        try:
+            return _sqlite_history(db_path, [r.info.run_id for r in runs], None)
+        except sqlite3.Error as err:
+            logger.warning("reading %s directly failed (%s); using the client API", db_path, err)
+    return _client_history(client, runs, None)
 
 
 def _client_history(
@@ -579,14 +605,7 @@ def _item_files(run_id: str, uri: str) -> list[dict[str, Any]]:
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=uri)
-    root = client.get_run(run_id).info.artifact_uri
-    local = None
-    if root.startswith("file://"):
-        from urllib.parse import unquote, urlparse
-
-        local = Path(unquote(urlparse(root).path))
-    elif "://" not in root:
-        local = Path(root)
+    local = local_artifact_dir(client.get_run(run_id).info.artifact_uri)
     if local is not None:
         return [json.loads(p.read_text()) for p in sorted((local / EVAL_ITEMS_DIR).glob("*.json"))]
     files = [f.path for f in client.list_artifacts(run_id, EVAL_ITEMS_DIR) if not f.is_dir]

@@ -6,6 +6,13 @@
     sppo-bench eval model=<path|id> tasks=[math500,aime24] k=16 [key=value ...] [--lm-eval]
     sppo-bench algorithms                     registered algorithms and their hyper-parameters
     sppo-bench report [--experiment NAME | --run-id ID] [--out DIR] [--tracking-uri URI]
+    sppo-bench report --results DIR [DIR ...] [--out DIR]
+                                              the same report from results sets (shards merged
+                                              by start), no store needed
+    sppo-bench export (--experiment NAME | --run-id ID ...) --out DIR [--tracking-uri URI]
+                                              a suite's runs as a results set (Parquet + manifest)
+    sppo-bench import DIR [DIR ...] --tracking-uri URI
+                                              a results set's runs back into an MLflow store
     sppo-bench sweep SPEC [--trials N] [--workers W] [--storage URL] [--resume]
     sppo-bench bench [--quick] [--out PATH]   engine/trainer speed vs the CPU's GEMM ceiling and TRL
     sppo-bench memory [--config FILE] [--set key=value ...]
@@ -229,9 +236,17 @@ def _cmd_report(argv: list[str]) -> int:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--experiment", help="experiment name (default: sppo-bench-default)")
     g.add_argument("--run-id", help="a suite's parent run id")
+    g.add_argument(
+        "--results",
+        nargs="+",
+        metavar="DIR",
+        help="results sets (or folders of them): shards of one suite, merged by start; no store",
+    )
     p.add_argument("--out", default=None, help="output directory (default: reports/<name>)")
     p.add_argument("--tracking-uri", default=None)
     a = p.parse_args(argv)
+    if a.results:
+        return _report_from_results(a.results, a.out)
     uri = a.tracking_uri or default_tracking_uri()
     try:
         if a.run_id:
@@ -269,6 +284,84 @@ def _cmd_report(argv: list[str]) -> int:
     return 0
 
 
+def _report_from_results(dirs: list[str], out: str | None) -> int:
+    """The whole report from results sets: no store is read."""
+    from analysis import write_report
+    from analysis.results import ResultsError, read_results
+
+    try:
+        rs = read_results(dirs)
+    except ResultsError as e:
+        sys.stderr.write(f"sppo-bench report: {e}\n")
+        return 2
+    target = Path(out or f"reports/{rs.suite}")
+    path = write_report(
+        rs.tidy(),
+        target,
+        title=f"sppo-bench: {rs.manifests[0].get('experiment') or rs.suite}",
+        items=rs.items,
+        calibration=rs.calibration,
+        claims=rs.claims(),
+    )
+    log.info("report of %d starts from %d results sets written to %s", len(rs.starts),
+             len(rs.manifests), path)  # fmt: skip
+    sys.stdout.write(f"{path}\n")
+    return 0
+
+
+def _cmd_export(argv: list[str]) -> int:
+    from analysis.results import ResultsError, export_results
+    from benchmarks.telemetry.tracking import default_tracking_uri
+
+    p = argparse.ArgumentParser(
+        prog="sppo-bench export",
+        description="Write a suite's runs from an MLflow store as a results set (Parquet tables "
+        "and a manifest): one suite invocation (--run-id) or every run of an experiment.",
+    )
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--experiment", help="every run of this experiment (name or id)")
+    g.add_argument("--run-id", nargs="+", help="suite parent run ids: each with its runs")
+    p.add_argument("--out", required=True, help="the set's folder (new or empty)")
+    p.add_argument("--tracking-uri", default=None, help="any MLflow store (default: as `run`)")
+    p.add_argument("--command", default=None, help="the command that made the runs (manifest)")
+    a = p.parse_args(argv)
+    uri = a.tracking_uri or default_tracking_uri()
+    try:
+        path = export_results(
+            a.out,
+            tracking_uri=uri,
+            experiment=a.experiment,
+            parent_run_ids=a.run_id or (),
+            command=a.command,
+        )
+    except ResultsError as e:
+        sys.stderr.write(f"sppo-bench export: {e}\n")
+        return 2
+    sys.stdout.write(f"{path}\n")
+    return 0
+
+
+def _cmd_import(argv: list[str]) -> int:
+    from analysis.results import ResultsError, import_results, read_results
+
+    p = argparse.ArgumentParser(
+        prog="sppo-bench import",
+        description="Recreate a results set's runs in an MLflow store, to browse them in the UI.",
+    )
+    p.add_argument("dirs", nargs="+", metavar="DIR", help="results sets (shards of one suite)")
+    p.add_argument("--tracking-uri", required=True, help="the MLflow store to write into")
+    p.add_argument("--experiment", default=None, help="default: the set's own experiment name")
+    a = p.parse_args(argv)
+    try:
+        rs = read_results(a.dirs)
+    except ResultsError as e:
+        sys.stderr.write(f"sppo-bench import: {e}\n")
+        return 2
+    ids = import_results(rs, a.tracking_uri, experiment=a.experiment)
+    sys.stdout.write(f"imported {len(ids)} runs into {a.tracking_uri}\n")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``sppo-bench`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -290,6 +383,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _cmd_algorithms()
     if cmd == "report":
         return _cmd_report(rest)
+    if cmd == "export":
+        return _cmd_export(rest)
+    if cmd == "import":
+        return _cmd_import(rest)
     if cmd == "sweep":
         from sweeps.cli import main as sweep_main
 
@@ -310,8 +407,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(__doc__ or "")
         return 0
     sys.stderr.write(
-        f"sppo-bench: unknown command {cmd!r}; allowed: run, eval, algorithms, report, sweep, bench, "
-        "memory\n"
+        f"sppo-bench: unknown command {cmd!r}; allowed: run, eval, algorithms, report, export, "
+        "import, sweep, bench, memory\n"
     )
     return 2
 

@@ -25,8 +25,10 @@ __all__ = [
     "START_DIFFICULTY_KEYS",
     "TAG_ALGORITHM",
     "TAG_BUDGET_KIND",
+    "TAG_COMMAND",
     "TAG_ENGINE",
     "TAG_GIT_COMMIT",
+    "TAG_MACHINE",
     "TAG_MODEL",
     "TAG_ROLE",
     "TAG_SEED",
@@ -180,6 +182,10 @@ TAG_BUDGET_KIND = "budget_kind"
 TAG_BUDGET_LIMIT = "budget_limit"
 TAG_GIT_COMMIT = "git_commit"
 TAG_VERSION = "sppo_bench_version"
+#: On a suite's parent run: the command line that started it, and the machine it ran on (JSON:
+#: CPU model and usable cores), which a results set's manifest reports beside its numbers.
+TAG_COMMAND = "sppo_bench.command"
+TAG_MACHINE = "sppo_bench.machine"
 
 
 def pass_ks(k: int) -> list[int]:
