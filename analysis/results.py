@@ -32,8 +32,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import platform
 import shutil
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -177,8 +175,7 @@ class ResultsSet:
     def tidy(self) -> pd.DataFrame:
         """The tidy frame of the training runs, equal to :func:`analysis.load_runs` on the store
         (container runs, the suite parents, left out)."""
-        meta = self.runs.loc[~self.runs["role"].isin(CONTAINER_ROLES), list(RUN_COLUMNS)]
-        return tidy_frame(self.metrics, typed_runs(meta.reset_index(drop=True)))
+        return tidy_frame(self.metrics, _training(self.runs))
 
     def claims(self) -> list[Claim] | None:
         """The claims the runs declared (their ``claims`` param); None when none was logged."""
@@ -245,7 +242,7 @@ def results_from_store(
 
     meta = _run_frame([_record(r) for r in runs])
     history = run_histories(client, runs)
-    tidy = tidy_frame(history, meta[~meta["role"].isin(CONTAINER_ROLES)].reset_index(drop=True))
+    tidy = tidy_frame(history, _training(meta))
     tidy.attrs["tracking_uri"] = tracking_uri
     from .calibration import load_calibration
     from .load import load_items
@@ -261,14 +258,7 @@ def results_from_store(
         params, tags, artifacts, run_table, history, items, calibration = _restore_ids(
             sources, params, tags, artifacts, run_table, history, items, calibration
         )
-        tidy = tidy_frame(
-            history,
-            typed_runs(
-                run_table.loc[
-                    ~run_table["role"].isin(CONTAINER_ROLES), list(RUN_COLUMNS)
-                ].reset_index(drop=True)
-            ),
-        )
+        tidy = tidy_frame(history, _training(run_table))
     experiments = sorted({client.get_experiment(r.info.experiment_id).name for r in runs})
     manifest = _manifest(run_table, params, tags, command, tracking_uri, ", ".join(experiments))
     tables = {
@@ -313,6 +303,13 @@ def _restore_ids(sources: dict[str, str | None], *tables: pd.DataFrame) -> list[
             table.loc[parent, "value"] = table.loc[parent, "value"].map(lambda r: ids.get(r, r))
         out.append(table)
     return out
+
+
+def _training(runs: pd.DataFrame) -> pd.DataFrame:
+    """The training runs' identity columns, typed as :func:`analysis.load_runs` types them (the
+    suite parents, with no seed, would otherwise keep the seeds as strings)."""
+    meta = runs.loc[~runs["role"].isin(CONTAINER_ROLES), list(RUN_COLUMNS)]
+    return typed_runs(meta.reset_index(drop=True))
 
 
 def _kv(values: dict[str, dict[str, str]]) -> pd.DataFrame:
@@ -409,20 +406,6 @@ def _suite_hash(config: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def machine() -> dict[str, Any]:
-    """This machine's kind: CPU model and usable cores (what a wall time depends on)."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"cpu": cpu, "cores": cores, "system": platform.system()}
-
-
 def _manifest(
     runs: pd.DataFrame,
     params: pd.DataFrame,
@@ -432,6 +415,7 @@ def _manifest(
     experiment: str,
 ) -> dict[str, Any]:
     from benchmarks.telemetry.metrics import TAG_COMMAND, TAG_MACHINE
+    from benchmarks.telemetry.tracking import machine
 
     parents = runs.loc[runs["role"] == "suite", "run_id"].tolist()
 

@@ -184,6 +184,8 @@ def _print_result(result) -> None:
         console.print(f"plot:    {result.plot}")
     if result.report:
         console.print(f"report:  {result.report}")
+    if result.results:
+        console.print(f"results: {result.results} (a results set: commit it under results/)")
     console.print(
         f"MLflow:  {result.tracking_uri}  (experiment '{result.experiment}', parent run {result.parent_run_id})"
     )

@@ -33,6 +33,7 @@ from benchmarks.telemetry.tracking import (
     MlflowTracker,
     flatten,
     git_commit,
+    invocation_tags,
     prepare_store,
 )
 from benchmarks.training import checkpoint as ckpt
@@ -53,6 +54,7 @@ class SuiteResult:
     output_dir: Path
     plot: Path | None = None
     report: Path | None = None
+    results: Path | None = None
     wall_s: float = 0.0
     warmstart: dict[str, Any] = field(default_factory=dict)
     experiment_id: str | None = None
@@ -132,7 +134,12 @@ def run_suite(
                     client,
                     exp_id,
                     run_name=f"suite-{plan.suite_name}",
-                    tags={**tags, M.TAG_ROLE: "suite", ckpt.TAG_CONFIG_HASH: chash},
+                    tags={
+                        **tags,
+                        **invocation_tags(),
+                        M.TAG_ROLE: "suite",
+                        ckpt.TAG_CONFIG_HASH: chash,
+                    },
                     params=flatten(resolved),
                 )
             )
@@ -312,6 +319,7 @@ def run_grid(
             M.TAG_ROLE: "suite",
             M.TAG_TASK: str(root.task_node["name"]),
             M.TAG_GIT_COMMIT: git_commit(),
+            **invocation_tags(),
         },
         params=flatten(resolved),
     ) as parent:
@@ -405,3 +413,24 @@ def _finish(result: SuiteResult, plan: SuitePlan, parent: MlflowTracker) -> None
             df, result.output_dir / "report", title=f"sppo-bench suite {plan.suite_name}"
         )
         parent.log_artifact(result.report.parent, "report")
+    result.results = _write_results(result)
+
+
+def _write_results(result: SuiteResult) -> Path | None:
+    """The suite's results set beside its report (``<output_dir>/results``): the runs as data,
+    to commit under ``results/`` or merge with other shards (``sppo-bench report --results``).
+    Replaces the set of an earlier invocation with the same output_dir; a failure costs the set,
+    not the suite (``sppo-bench export`` writes it again from the store)."""
+    import shutil
+
+    from analysis.results import ResultsError, export_results
+
+    out = result.output_dir / "results"
+    shutil.rmtree(out, ignore_errors=True)
+    try:
+        return export_results(
+            out, tracking_uri=result.tracking_uri, parent_run_ids=[result.parent_run_id]
+        )
+    except (ResultsError, OSError) as err:
+        log.warning("results set not written to %s: %s", out, err)
+        return None

@@ -194,6 +194,34 @@ def git_commit() -> str:
         return "unknown"
 
 
+def machine() -> dict[str, Any]:
+    """This machine's kind, which wall times and fp32's last bits depend on: CPU model, usable
+    cores, system."""
+    import platform
+
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"cpu": cpu, "cores": cores, "system": platform.system()}
+
+
+def invocation_tags() -> dict[str, str]:
+    """Tags of a suite's parent run that a results set's manifest reports: the command line
+    that started it (as typed when it was the ``sppo-bench`` script) and the machine."""
+    import shlex
+    import sys
+
+    from benchmarks.telemetry.metrics import TAG_COMMAND, TAG_MACHINE
+
+    prog = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
+    command = shlex.join([prog if prog == "sppo-bench" else sys.argv[0], *sys.argv[1:]])
+    return {TAG_COMMAND: command, TAG_MACHINE: json.dumps(machine(), sort_keys=True)}
+
+
 class MlflowTracker:
     """Logs one run. Metrics are batched per step (one ``log_batch`` call per step) and written
     asynchronously by MLflow's own logging queue (``synchronous=False``), so a step never waits
