@@ -316,6 +316,34 @@ _TAG_KEYS = (
 )
 
 
+def select_runs(
+    client: Any, *, experiment: str | None = None, parent_run_ids: Sequence[str] = ()
+) -> list[Any]:
+    """MLflow ``Run`` objects of a suite: the named parent runs with their children, else every
+    active run of the experiment (name or id), each once.
+
+    Raises:
+        ValueError: no such experiment (the message lists the store's experiments).
+    """
+    if parent_run_ids:
+        runs = [client.get_run(p) for p in parent_run_ids]
+        for p in list(runs):
+            runs += _search_runs(client, [p.info.experiment_id], p.info.run_id, None)
+    else:
+        try:
+            exp_id = _experiment_id(client, str(experiment))
+        except ValueError as err:
+            names = sorted(e.name for e in _all_experiments(client))
+            raise ValueError(f"{err}; experiments: {names}") from err
+        runs = _search_runs(client, [exp_id], None, None)
+    return list({r.info.run_id: r for r in runs}.values())
+
+
+def run_frame(runs: Sequence[Any]) -> pd.DataFrame:
+    """One row per MLflow ``Run`` (containers included): the identity columns of the tidy frame."""
+    return _run_frame([_record(r) for r in runs])
+
+
 def _record(run: Any) -> _Record:
     info = run.info
     return (info.run_id, info.run_name, str(info.experiment_id), info.status, run.data.tags)

@@ -47,7 +47,10 @@ from benchmarks.telemetry.metrics import (
     COMPUTE_WALL_S,
     EVAL_ITEMS_DIR,
     MEMORY_PEAK_BYTES,
+    TAG_COMMAND,
+    TAG_CONFIG_HASH,
     TAG_GIT_COMMIT,
+    TAG_MACHINE,
     TAG_ROLE,
     TAG_START,
 )
@@ -57,10 +60,8 @@ from .calibration import CALIBRATION_ARTIFACT
 from .claims import CLAIMS_PARAM, Claim, claims_from_param
 from .load import (
     CONTAINER_ROLES,
-    _empty_history,
-    _record,
-    _run_frame,
     eval_points,
+    run_frame,
     tidy_frame,
     typed_runs,
 )
@@ -195,6 +196,7 @@ def results_from_store(
     experiment: str | None = None,
     parent_run_ids: Sequence[str] = (),
     command: str | None = None,
+    machine: dict[str, Any] | None = None,
 ) -> ResultsSet:
     """Read a suite's runs from any MLflow store (SQLite, a server, PostgreSQL) into a set.
 
@@ -204,6 +206,8 @@ def results_from_store(
         parent_run_ids: suite invocations (parent runs): each with its child runs.
         command: the command that made the runs, for the manifest; default: the suite parent's
             ``sppo_bench.command`` tag, else ``"unknown"``.
+        machine: the machine the runs ran on, for a store whose suite did not record it (the
+            parent's ``sppo_bench.machine`` tag wins); else the manifest says it is unknown.
 
     Raises:
         ResultsError: no such experiment or run, or no run finished.
@@ -211,28 +215,18 @@ def results_from_store(
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from .load import _all_experiments, _experiment_id, _search_runs, run_histories
+    from .load import run_histories, select_runs
 
     client = MlflowClient(tracking_uri=tracking_uri)
     where = f"experiment {experiment!r}" if experiment else f"runs {list(parent_run_ids)}"
+    if not parent_run_ids and experiment is None:
+        raise ResultsError("export: name an experiment or a suite's parent run id")
     try:
-        if parent_run_ids:
-            parents = [client.get_run(p) for p in parent_run_ids]
-            runs = list(parents)
-            for p in parents:
-                runs += _search_runs(client, [p.info.experiment_id], p.info.run_id, None)
-        elif experiment is not None:
-            runs = _search_runs(client, [_experiment_id(client, experiment)], None, None)
-        else:
-            raise ResultsError("export: name an experiment or a suite's parent run id")
+        runs = select_runs(client, experiment=experiment, parent_run_ids=parent_run_ids)
     except MlflowException as err:
         raise ResultsError(f"{tracking_uri}: {where}: {err.message}") from err
-    except ValueError as err:
-        if isinstance(err, ResultsError):
-            raise
-        names = sorted(e.name for e in _all_experiments(client))
-        raise ResultsError(f"{tracking_uri}: {err}; experiments: {names}") from err
-    runs = list({r.info.run_id: r for r in runs}.values())
+    except ValueError as err:  # no such experiment: the message lists those there are
+        raise ResultsError(f"{tracking_uri}: {err}") from err
     train = [r for r in runs if r.data.tags.get(TAG_ROLE) not in CONTAINER_ROLES]
     if not any(r.info.status == "FINISHED" for r in train):
         raise ResultsError(
@@ -240,7 +234,7 @@ def results_from_store(
             f"runs: {sorted({r.info.status for r in train})}); nothing to export"
         )
 
-    meta = _run_frame([_record(r) for r in runs])
+    meta = run_frame(runs)
     history = run_histories(client, runs)
     tidy = tidy_frame(history, _training(meta))
     tidy.attrs["tracking_uri"] = tracking_uri
@@ -260,7 +254,9 @@ def results_from_store(
         )
         tidy = tidy_frame(history, _training(run_table))
     experiments = sorted({client.get_experiment(r.info.experiment_id).name for r in runs})
-    manifest = _manifest(run_table, params, tags, command, tracking_uri, ", ".join(experiments))
+    manifest = _manifest(
+        run_table, params, tags, command, machine, tracking_uri, ", ".join(experiments)
+    )
     tables = {
         "runs": run_table,
         "params": params,
@@ -355,8 +351,6 @@ def _runs_table(
     meta: pd.DataFrame, runs: Sequence[Any], items: pd.DataFrame, history: pd.DataFrame
 ) -> pd.DataFrame:
     """RUN_COLUMNS plus each run's start, config hash, commit, times and its last compute."""
-    from benchmarks.training.checkpoint import TAG_CONFIG_HASH
-
     info = {r.info.run_id: r for r in runs}
     starts = items.drop_duplicates("run_id").set_index("run_id")["start"].to_dict()
     last = (
@@ -411,11 +405,10 @@ def _manifest(
     params: pd.DataFrame,
     tags: pd.DataFrame,
     command: str | None,
+    machine: dict[str, Any] | None,
     tracking_uri: str,
     experiment: str,
 ) -> dict[str, Any]:
-    from benchmarks.telemetry.metrics import TAG_COMMAND, TAG_MACHINE
-    from benchmarks.telemetry.tracking import machine
 
     parents = runs.loc[runs["role"] == "suite", "run_id"].tolist()
 
@@ -433,8 +426,10 @@ def _manifest(
         "suite": config.get("suite.name", "unknown"),
         "experiment": experiment,
         "commits": sorted({c for c in runs["git_commit"].dropna()}),
-        "machine": json.loads(recorded) if recorded else machine(),
-        "machine_source": "recorded by the suite" if recorded else "the exporting host",
+        "machine": json.loads(recorded) if recorded else machine,
+        "machine_source": "recorded by the suite"
+        if recorded
+        else ("given at export" if machine else "not recorded"),
         "command": command or parent_tag(TAG_COMMAND) or "unknown",
         "date": ran.strftime("%Y-%m-%d") if ran else None,
         "suite_hash": _suite_hash(config),
@@ -615,10 +610,11 @@ def _check_compatible(merged: ResultsSet, other: ResultsSet) -> None:
 # --- into a store -------------------------------------------------------------------------------
 
 
-def import_results(rs: ResultsSet, tracking_uri: str, experiment: str | None = None) -> dict:
+def import_results(rs: ResultsSet, tracking_uri: str, experiment_id: str) -> dict[str, str]:
     """Recreate a set's runs in an MLflow store: parent and child runs with their params, tags,
     full metric histories (steps and timestamps kept) and artifacts, so the published runs can
-    be browsed and compared with one's own in the MLflow UI.
+    be browsed and compared with one's own in the MLflow UI. The caller creates the experiment
+    (``sppo-bench import`` does it as a suite does, so the UI opens it as a training one).
 
     Returns:
         The new run id of each run of the set.
@@ -626,11 +622,8 @@ def import_results(rs: ResultsSet, tracking_uri: str, experiment: str | None = N
     from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
 
-    from benchmarks.telemetry.tracking import prepare_store
-
     client = MlflowClient(tracking_uri=tracking_uri)
-    name = experiment or rs.manifests[0].get("experiment") or f"sppo-bench-{rs.suite}"
-    exp_id = prepare_store(tracking_uri, name)
+    exp_id = experiment_id
     order = rs.runs.assign(_child=rs.runs["role"].isin(CONTAINER_ROLES).map({True: 0, False: 1}))
     order = order.sort_values(["_child", "start_time"], kind="stable")
     new_ids: dict[str, str] = {}
@@ -655,7 +648,7 @@ def import_results(rs: ResultsSet, tracking_uri: str, experiment: str | None = N
         batch = [Param(k, v) for k, v in zip(pv["key"], pv["value"], strict=True)]
         for i in range(0, len(batch), 100):
             client.log_batch(rid, params=batch[i : i + 100])
-        hist = metrics.get(old, _empty_history())
+        hist = metrics.get(old, rs.metrics.iloc[:0])
         points = [
             Metric(m, float(v), int(t), int(s))
             for m, s, v, t in zip(
@@ -679,6 +672,6 @@ def import_results(rs: ResultsSet, tracking_uri: str, experiment: str | None = N
                         client.log_artifact(rid, str(local))
         end = None if pd.isna(row.end_time) else int(row.end_time)
         client.set_terminated(rid, status=row.status, end_time=end)
-    logger.info("imported %d runs into experiment %s of %s", len(new_ids), name,
+    logger.info("imported %d runs into experiment %s of %s", len(new_ids), exp_id,
                 _redact(tracking_uri))  # fmt: skip
     return new_ids

@@ -313,7 +313,7 @@ def _report_from_results(dirs: list[str], out: str | None) -> int:
 
 def _cmd_export(argv: list[str]) -> int:
     from analysis.results import ResultsError, export_results
-    from benchmarks.telemetry.tracking import default_tracking_uri
+    from benchmarks.telemetry.tracking import default_tracking_uri, machine
 
     p = argparse.ArgumentParser(
         prog="sppo-bench export",
@@ -326,6 +326,11 @@ def _cmd_export(argv: list[str]) -> int:
     p.add_argument("--out", required=True, help="the set's folder (new or empty)")
     p.add_argument("--tracking-uri", default=None, help="any MLflow store (default: as `run`)")
     p.add_argument("--command", default=None, help="the command that made the runs (manifest)")
+    p.add_argument(
+        "--here",
+        action="store_true",
+        help="the runs ran on this machine: record it in the manifest when the suite did not",
+    )
     a = p.parse_args(argv)
     uri = a.tracking_uri or default_tracking_uri()
     try:
@@ -335,6 +340,7 @@ def _cmd_export(argv: list[str]) -> int:
             experiment=a.experiment,
             parent_run_ids=a.run_id or (),
             command=a.command,
+            machine=machine() if a.here else None,
         )
     except ResultsError as e:
         sys.stderr.write(f"sppo-bench export: {e}\n")
@@ -359,7 +365,10 @@ def _cmd_import(argv: list[str]) -> int:
     except ResultsError as e:
         sys.stderr.write(f"sppo-bench import: {e}\n")
         return 2
-    ids = import_results(rs, a.tracking_uri, experiment=a.experiment)
+    from benchmarks.telemetry.tracking import prepare_store
+
+    name = a.experiment or rs.manifests[0].get("experiment") or f"sppo-bench-{rs.suite}"
+    ids = import_results(rs, a.tracking_uri, prepare_store(a.tracking_uri, name))
     sys.stdout.write(f"imported {len(ids)} runs into {a.tracking_uri}\n")
     return 0
 

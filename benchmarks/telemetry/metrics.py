@@ -26,6 +26,7 @@ __all__ = [
     "TAG_ALGORITHM",
     "TAG_BUDGET_KIND",
     "TAG_COMMAND",
+    "TAG_CONFIG_HASH",
     "TAG_ENGINE",
     "TAG_GIT_COMMIT",
     "TAG_MACHINE",
@@ -185,6 +186,8 @@ TAG_VERSION = "sppo_bench_version"
 #: On a suite's parent run: the command line that started it, and the machine it ran on (JSON:
 #: CPU model and usable cores), which a results set's manifest reports beside its numbers.
 TAG_COMMAND = "sppo_bench.command"
+#: On a suite's parent run: the SHA-256 of its resolved config (how resume finds it).
+TAG_CONFIG_HASH = "sppo_bench.config_hash"
 TAG_MACHINE = "sppo_bench.machine"
 
 

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from benchmarks import faults
+from benchmarks.telemetry.metrics import TAG_CONFIG_HASH
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -59,8 +60,6 @@ __all__ = [
     "set_rng_state",
 ]
 
-#: Parent-run tag: the hash of the resolved config, to find the invocation to resume.
-TAG_CONFIG_HASH = "sppo_bench.config_hash"
 RESUME_MODES = ("never", "auto")
 _VERSION = 1
 
