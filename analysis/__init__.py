@@ -52,7 +52,7 @@ from .fit import SaturatingFit, fit_curves, fit_saturating, saturating_curve
 from .gates import Gate, claim_datasets, evaluate_gates, untestable
 from .horizon import horizon_points, horizon_table, plot_accuracy_vs_horizon
 from .load import ITEM_TABLE_COLUMNS, TIDY_COLUMNS, eval_points, load_items, load_runs, run_params
-from .notebook import resolve_tracking_uri, save_figure
+from .notebook import NotebookData, notebook_data, resolve_tracking_uri, save_figure
 from .plots import (
     plot_accuracy_table,
     plot_accuracy_vs_compute,
@@ -161,6 +161,8 @@ __all__ = [
     "log_report_to_mlflow",
     "memory_components_table",
     "memory_table",
+    "NotebookData",
+    "notebook_data",
     "order_algorithms",
     "order_datasets",
     "paired_difference",
