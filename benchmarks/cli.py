@@ -42,7 +42,8 @@ log = logging.getLogger("sppo_bench")
 
 def _config_error(e: Exception) -> str:
     msg = str(e).strip()
-    cause = e.__cause__ or e.__context__
+    # A hint raised `from None` replaces Hydra's message (its config search path included).
+    cause = e.__cause__ or (None if e.__suppress_context__ else e.__context__)
     if cause is not None and str(cause) and str(cause) not in msg:
         msg += f"\n{cause}"
     return msg

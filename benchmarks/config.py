@@ -100,6 +100,12 @@ def _unknown_key(e: Exception, overrides: Sequence[str], compose: Any) -> str | 
         node = compose("config", overrides=[x for o in rest for x in _expand(o)])
         for part in filter(None, parent.split(".")):
             node = node[part]
+        if node is None:  # e.g. warmstart.target: null (off) has no fields to set one by one
+            return (
+                f"{given}: '{parent}' is null (off) in this config, so it has no field {leaf!r} "
+                f"to set; give it whole, e.g. {parent}={{{leaf}:...}} with the fields "
+                "benchmarks/conf/config.yaml documents for it"
+            )
         allowed = sorted(node.keys())
     except Exception:  # noqa: BLE001 - the hint is best effort; Hydra's own error is re-raised
         return None
@@ -121,6 +127,6 @@ def compose_config(overrides: Sequence[str] = ()) -> Any:
             hint = _missing_option(e) or _unknown_key(e, overrides, compose) or _no_config(e)
             if hint is None:
                 raise
-            raise type(e)(hint) from e
+            raise type(e)(hint) from None
     OmegaConf.resolve(cfg)
     return cfg

@@ -374,7 +374,9 @@ def _counts(cfg: Any) -> tuple[int, list[int]]:
     except ValueError as e:
         raise ConfigError(str(e)) from e
     seeds = _integer("seeds", cfg.seeds, 1)
-    first = _integer("seed", cfg.seed)
+    # Refused below 0: a seed names a start (s<seed>) and seeds NumPy's SeedSequence, which
+    # takes no negative entropy; a negative seed had no meaning, only a surprise.
+    first = _integer("seed", cfg.seed, 0)
     return threads, [first + i for i in range(seeds)]
 
 

@@ -55,6 +55,12 @@ CASES = [
     ),
     (["budget.eval_fractions=[0.0,1.5]"], ["budget.eval_fractions=[0.0, 1.5]", "[0, 1]"]),
     (["seeds=0"], ["seeds=0", ">= 1"]),
+    (["seed=-1"], ["seed=-1", ">= 0"]),
+    (
+        ["warmstart.target.accuracy=2"],
+        ["warmstart.target.accuracy=2", "'warmstart.target' is null", "warmstart.target={accuracy"],
+    ),
+    (["suite=claims", "warmstart.target.accuracy=2"], ["warmstart.target.accuracy=2", "(0, 1]"]),
     (["threads=0"], ["threads=0", ">= 1"]),
     (["trainer.samples_per_step=0"], ["trainer.samples_per_step=0", ">= 1"]),
     (
@@ -115,6 +121,9 @@ def test_malformed_config_fails_before_compute(overrides, fragments, tmp_path, c
     assert "sppo-bench: configuration error: " in err
     for fragment in fragments:
         assert fragment in err, f"{fragment!r} not in {err!r}"
+    # One clear message: Hydra's own text (its config search path, "not in struct") is not
+    # appended after a hint that replaced it.
+    assert "Config search path" not in err and "not in struct" not in err
     assert not (tmp_path / "mlflow.db").exists()  # nothing started: no store, no warm start
     assert not (tmp_path / "cache").exists()
 
@@ -180,6 +189,9 @@ def test_unusable_store_fails_at_start(uri, fragments, tmp_path, capsys, not_mlf
     assert "sppo-bench: cannot start: " in err
     for fragment in fragments:
         assert fragment in err, f"{fragment!r} not in {err!r}"
+    # One clear message: Hydra's own text (its config search path, "not in struct") is not
+    # appended after a hint that replaced it.
+    assert "Config search path" not in err and "not in struct" not in err
     assert not (tmp_path / "cache" / "warmstart").exists()  # no warm start began
     assert not (tmp_path / "mlflow.db").exists()
 
