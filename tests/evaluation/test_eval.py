@@ -30,7 +30,7 @@ from benchmarks.tasks.datasets import DATASETS
 from benchmarks.tasks.grading import Grader
 from benchmarks.telemetry import metrics as M
 from benchmarks.telemetry.metrics import avg_at_name, pass_at_name, pass_ks
-from testkit.paths import DATA_DIR, needs_data
+from testkit.paths import needs_data, require_data
 from testkit.stores import last_eval_run
 from testkit.tolerances import fp_tol
 
@@ -152,7 +152,7 @@ def _zero_answers_first(dst: Path) -> list[str]:
     so on these problems some verdicts are 1: a pool, a task or a table that scored every row 0
     fails, which on the file's own first ten problems (none of them answered 0) it would not.
     """
-    src = DATA_DIR / DATASETS["math500"].path
+    src = require_data() / DATASETS["math500"].path
     lines = src.read_text(encoding="utf-8").splitlines()
     rows = [json.loads(line) for line in lines]
     order = sorted(range(len(rows)), key=lambda i: rows[i]["answer"] != "0")  # stable

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from testkit.paths import DATA_DIR, require_module
+from testkit.paths import require_data, require_module
 from testkit.stores import last_eval_run
 
 require_module("lm_eval")  # the `eval` extra; under CI its absence fails
@@ -43,7 +43,7 @@ def both_routes(tiny_model):  # noqa: F811 - the imported fixture
             max_new_tokens=18,
             temperature=1.0,
             top_p=1.0,
-            data_dir=DATA_DIR,
+            data_dir=require_data(),
             grader_timeout_s=1.0,
         )
         native = evaluate_model(model, tok, ["math500", "arith"], req)
@@ -110,7 +110,7 @@ def test_cli_lm_eval_flag(tiny_model, tmp_path):  # noqa: F811
             "k=2",
             "limit=5",
             "max_new_tokens=8",
-            f"data_dir={DATA_DIR}",
+            f"data_dir={require_data()}",
             "threads=1",
             f"tracking.uri={uri}",
         ]
@@ -131,7 +131,9 @@ def test_chat_template_prompts_agree(tiny_model):  # noqa: F811
         "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
         "{% if add_generation_prompt %}<assistant>{% endif %}"
     )
-    req = EvalRequest(k=0, limit=3, max_new_tokens=4, data_dir=DATA_DIR, template="qwen_math_chat")
+    req = EvalRequest(
+        k=0, limit=3, max_new_tokens=4, data_dir=require_data(), template="qwen_math_chat"
+    )
     a = evaluate_model(model, tok, ["aime24"], req)["aime24"]
     b = evaluate_lm_eval(model, tok, ["aime24"], req)["aime24"]
     assert a.rows["prompt"][0].startswith("<system>Please reason step by step")

@@ -25,7 +25,7 @@ from benchmarks.tasks.datasets import load_dataset
 from benchmarks.tasks.grading import Grader
 from benchmarks.telemetry import metrics as M
 from benchmarks.training.modeling import ModelSpec, build_char_tokenizer, build_tiny_llama
-from testkit.paths import DATA_DIR, needs_data
+from testkit.paths import needs_data, require_data
 
 EVAL_SIZE = 16
 
@@ -71,7 +71,7 @@ def _table(client: MlflowClient, run_id: str, name: str, dst: Path) -> list[dict
 
 @needs_data
 def test_hf_checkpoint_on_gsm8k(tmp_path: Path) -> None:
-    golds = [p.answer for p in load_dataset("gsm8k", data_dir=DATA_DIR, limit=EVAL_SIZE)]
+    golds = [p.answer for p in load_dataset("gsm8k", data_dir=require_data(), limit=EVAL_SIZE)]
     # The model's answer: the first gold whose digits differ (a bigram chain cannot repeat one).
     answer = next(g for g in golds if len(set(g)) == len(g))
     expected_start = math.fsum(float(int(g) == int(answer)) for g in golds) / EVAL_SIZE
@@ -89,7 +89,7 @@ def test_hf_checkpoint_on_gsm8k(tmp_path: Path) -> None:
             f"model.name_or_path={ckpt}",
             "model.dtype=float32",
             "task=gsm8k",
-            f"task.data_dir={DATA_DIR}",
+            f"task.data_dir={require_data()}",
             "task.train_size=64",
             f"task.eval_size={EVAL_SIZE}",
             "task.max_new_tokens=8",

@@ -25,7 +25,7 @@ from benchmarks.tasks.datasets import (
     render_prompt,
     resolve_data_dir,
 )
-from testkit.paths import DATA_DIR, needs_data
+from testkit.paths import needs_data, require_data
 
 
 @pytest.fixture(autouse=True)
@@ -84,12 +84,12 @@ def test_registry_covers_the_design_names() -> None:
 @needs_data
 @pytest.mark.parametrize("name", sorted(EXPECTED_ROWS))
 def test_every_local_dataset_loads_with_documented_rows(name: str) -> None:
-    problems = load_dataset(name, data_dir=DATA_DIR)
+    problems = load_dataset(name, data_dir=require_data())
     assert len(problems) == EXPECTED_ROWS[name]
     assert all(isinstance(p, Problem) and p.question and p.answer for p in problems)
     assert len({p.id for p in problems}) == len(problems)
     spec = DATASETS[name]
-    with (DATA_DIR / spec.path).open(encoding="utf-8") as f:
+    with (require_data() / spec.path).open(encoding="utf-8") as f:
         assert sum(1 for _ in f) == spec.rows
 
 
@@ -97,14 +97,14 @@ def test_every_local_dataset_loads_with_documented_rows(name: str) -> None:
 def test_integer_golds_are_integers() -> None:
     for name, spec in DATASETS.items():
         if spec.grader == "integer":
-            for p in load_dataset(name, data_dir=DATA_DIR):
+            for p in load_dataset(name, data_dir=require_data()):
                 # Canonical form: no sign other than "-", no leading zeros, no separators.
                 assert re.fullmatch(r"-?[1-9][0-9]*|0", p.answer), (name, p.id, p.answer)
 
 
 @needs_data
 def test_env_var_and_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(DATA_DIR_ENV, str(DATA_DIR))
+    monkeypatch.setenv(DATA_DIR_ENV, str(require_data()))
     first = load_dataset("aime24", limit=3)
     assert [p.id for p in first] == [p.id for p in load_dataset("aime24")[:3]]
     assert load_dataset("aime24", limit=0) == []
@@ -115,7 +115,7 @@ def test_env_var_and_limit(monkeypatch: pytest.MonkeyPatch) -> None:
 @needs_data
 def test_empty_answers_are_skipped_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="benchmarks.tasks.datasets"):
-        problems = load_dataset("math", data_dir=DATA_DIR)
+        problems = load_dataset("math", data_dir=require_data())
     ids = {p.id for p in problems}
     assert "train/number_theory/7115.json" not in ids
     assert "train/number_theory/7117.json" not in ids

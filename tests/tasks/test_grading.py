@@ -19,11 +19,11 @@ import pytest
 
 from benchmarks.tasks.datasets import DATASETS, load_dataset
 from benchmarks.tasks.grading import DEBUG_ENV, Grader, GradeResult, extract_answer
-from testkit.paths import DATA_DIR, REPO, needs_data
+from testkit.paths import REPO, needs_data, require_data
 
 
 def _raw_rows(name: str) -> list[dict[str, object]]:
-    with (DATA_DIR / DATASETS[name].path).open(encoding="utf-8") as f:
+    with (require_data() / DATASETS[name].path).open(encoding="utf-8") as f:
         return [json.loads(line) for line in f]
 
 
@@ -169,7 +169,7 @@ def test_math_verify_equivalences(mv: Grader) -> None:
     [("math500", None), ("minerva", None), ("olympiadbench", None), ("math", 300)],
 )
 def test_latex_datasets_gold_vs_gold(mv: Grader, name: str, sample: int | None) -> None:
-    problems = load_dataset(name, data_dir=DATA_DIR)
+    problems = load_dataset(name, data_dir=require_data())
     if sample is not None:
         problems = random.Random(0).sample(problems, sample)
     result = mv.grade([_say(p.answer) for p in problems], [p.answer for p in problems])
@@ -187,7 +187,7 @@ def test_math500_reference_solutions_are_correct(mv: Grader) -> None:
 
 @needs_data
 def test_math500_wrong_neighbour_scores_zero(mv: Grader) -> None:
-    problems = load_dataset("math500", data_dir=DATA_DIR)
+    problems = load_dataset("math500", data_dir=require_data())
     golds = [p.answer for p in problems]
     neighbours = golds[1:] + golds[:1]
     scores = mv.grade([_say(g) for g in golds], neighbours).scores

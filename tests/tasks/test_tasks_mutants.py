@@ -26,7 +26,7 @@ from benchmarks.tasks.datasets import (
     prompt_messages,
 )
 from benchmarks.tasks.grading import _DEBUG_PREFIX, DEBUG_ENV, Grader, GradeResult, extract_answer
-from testkit.paths import DATA_DIR, needs_data
+from testkit.paths import needs_data, require_data
 
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 
@@ -273,7 +273,7 @@ def test_a_dataset_tasks_grader_settings_reach_its_graders(monkeypatch) -> None:
         name="math",
         train_dataset="gsm8k_train",
         eval_datasets=["math500"],
-        data_dir=str(DATA_DIR),
+        data_dir=str(require_data()),
         eval_size=3,
         train_size=1,
         grader_timeout_s=0.4,
@@ -310,13 +310,13 @@ def test_a_dataset_task_is_built_from_its_settings(monkeypatch) -> None:
         name="math",
         train_dataset="gsm8k_train",
         eval_datasets=["aime24", "amc23"],
-        data_dir=str(DATA_DIR),
+        data_dir=str(require_data()),
         eval_size=3,
         train_size=2,
     )
     aime, gsm = (
-        load_dataset("aime24", data_dir=DATA_DIR),
-        load_dataset("gsm8k_train", data_dir=DATA_DIR),
+        load_dataset("aime24", data_dir=require_data()),
+        load_dataset("gsm8k_train", data_dir=require_data()),
     )
     assert (task.name, task.eval_name) == ("math", "aime24")
     assert [(p.id, p.answer, p.grader) for p in task.eval_problems()] == [
@@ -325,10 +325,10 @@ def test_a_dataset_task_is_built_from_its_settings(monkeypatch) -> None:
     assert [p.id for p in task.train_problems()] == [p.id for p in gsm[:2]]
     assert task.eval_problems()[0].prompt == render_prompt(aime[0], "plain")
     task.close()
-    own = DatasetTask(name="aime25", data_dir=str(DATA_DIR), eval_size=1, eval_name="held")
+    own = DatasetTask(name="aime25", data_dir=str(require_data()), eval_size=1, eval_name="held")
     assert (own.eval_name, own.eval_problems()[0].id) == (
         "held",
-        load_dataset("aime25", data_dir=DATA_DIR)[0].id,
+        load_dataset("aime25", data_dir=require_data())[0].id,
     )
     own.close()
 
@@ -357,13 +357,13 @@ def test_a_chat_template_is_rendered_by_the_models_tokenizer() -> None:
     """With a tokenizer the prompt is the model's own chat format, not the ChatML fallback."""
     task = DatasetTask(
         name="aime24",
-        data_dir=str(DATA_DIR),
+        data_dir=str(require_data()),
         template="chat",
         eval_size=1,
         train_size=1,
         tokenizer=_jinja_tokenizer(),
     )
-    first = load_dataset("aime24", data_dir=DATA_DIR)[0]
+    first = load_dataset("aime24", data_dir=require_data())[0]
     assert task.eval_problems()[0].prompt == _in_jinja_format(first, "chat")
     task.close()
 
@@ -381,7 +381,7 @@ def test_build_task_gives_a_dataset_config_its_name_and_the_models_tokenizer() -
             "task=math",
             "task.train_dataset=aime24",
             "task.eval_datasets=[aime25]",
-            f"task.data_dir={DATA_DIR}",
+            f"task.data_dir={require_data()}",
             "task.train_size=1",
             "task.eval_size=1",
             "task.template=qwen_math_chat",
@@ -391,7 +391,7 @@ def test_build_task_gives_a_dataset_config_its_name_and_the_models_tokenizer() -
     try:
         assert isinstance(task, DatasetTask)
         assert (task.name, task.eval_name) == ("math", "aime25")
-        first = load_dataset("aime25", data_dir=DATA_DIR)[0]
+        first = load_dataset("aime25", data_dir=require_data())[0]
         assert task.eval_problems()[0].prompt == _in_jinja_format(first, "qwen_math_chat")
     finally:
         task.close()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from testkit.paths import DATA_DIR, REPO, skip_or_fail
+from testkit.paths import REPO, require_data, skip_or_fail
 
 # --- translation refusals (no verl needed) ---------------------------------------------------
 
@@ -151,7 +151,7 @@ def exported(tmp_path_factory):
             name="math",
             train_dataset="math",
             eval_datasets=["math500", "aime24"],
-            data_dir=str(DATA_DIR),
+            data_dir=str(require_data()),
             template="chat",
             train_size=6,
             eval_size=4,
@@ -259,7 +259,7 @@ def test_paper_recipe_carries_the_papers_settings():
     from benchmarks.suite.plan import validate
     from benchmarks.verl_engine.launch import plans
 
-    cfg = compose_config(["suite=paper_1p5b", f"task.data_dir={DATA_DIR}"])
+    cfg = compose_config(["suite=paper_1p5b", f"task.data_dir={require_data()}"])
     runs = {name: p.values for _, name, p in plans(validate(cfg))}
     assert sorted(runs) == ["dapo", "grpo", "ppo", "sppo"]
     n = {"sppo": 1, "ppo": 1, "grpo": 8, "dapo": 16}

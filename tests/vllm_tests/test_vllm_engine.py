@@ -21,7 +21,7 @@ from benchmarks.engines.vllm_engine import VllmEngine, VllmSettings, save_for_vl
 from benchmarks.tasks.arith import ArithTask
 from benchmarks.telemetry import metrics as M
 from benchmarks.training.modeling import build_char_tokenizer
-from testkit.paths import DATA_DIR
+from testkit.paths import require_data
 from testkit.suites import MICRO
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -253,7 +253,7 @@ def test_eval_and_lm_eval_vllm_backend_agree_with_the_torch_route(policy, tok, m
     from benchmarks.evaluation.lm_eval import evaluate_lm_eval
     from benchmarks.evaluation.settings import EvalRequest
 
-    req = EvalRequest(k=0, limit=20, max_new_tokens=12, data_dir=DATA_DIR, grader_workers=1)
+    req = EvalRequest(k=0, limit=20, max_new_tokens=12, data_dir=require_data(), grader_workers=1)
     torch_route = evaluate_model(policy, tok, ["math500"], req)["math500"]
     vllm_route = evaluate_model(
         None, tok, ["math500"], req, engine=VllmEngine(None, tok, model_path=str(model_dir))
@@ -278,7 +278,7 @@ def test_eval_and_lm_eval_vllm_backend_agree_with_the_torch_route(policy, tok, m
             "k=2",
             "limit=20",
             "max_new_tokens=12",
-            f"data_dir={DATA_DIR}",
+            f"data_dir={require_data()}",
             "grader_workers=1",
             f"tracking.uri={uri}",
         ]

@@ -19,7 +19,7 @@ from benchmarks.tasks.datasets import DATA_DIR_ENV
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "examples"
-DATA_DIR = Path(os.environ.get(DATA_DIR_ENV) or REPO.parent / "shared" / "data").resolve()
+_DATA_DIR = Path(os.environ.get(DATA_DIR_ENV) or REPO.parent / "shared" / "data").resolve()
 
 
 def skip_or_fail(why: str) -> None:
@@ -31,11 +31,11 @@ def skip_or_fail(why: str) -> None:
 
 def require_data() -> Path:
     """The data folder, or skip (fail under ``CI``) when it is not there."""
-    if not DATA_DIR.is_dir():
+    if not _DATA_DIR.is_dir():
         skip_or_fail(
-            f"no benchmark data at {DATA_DIR} (set ${DATA_DIR_ENV} or lay out ../shared/data)"
+            f"no benchmark data at {_DATA_DIR} (set ${DATA_DIR_ENV} or lay out ../shared/data)"
         )
-    return DATA_DIR
+    return _DATA_DIR
 
 
 def require_module(name: str) -> ModuleType:
