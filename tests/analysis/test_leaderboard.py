@@ -1,0 +1,115 @@
+"""The leaderboard on eval points with known answers: areas, means over starts, ranks, the
+paired probability of improvement, costs, and the controls' labels."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.figure import Figure
+
+from analysis.leaderboard import (
+    CONTROLS,
+    format_leaderboard,
+    leaderboard_table,
+    per_start_scores,
+    plot_performance_profile,
+    run_scores,
+)
+from benchmarks.telemetry.metrics import (
+    COMPUTE_FLOPS,
+    COMPUTE_WALL_S,
+    MEMORY_PEAK_BYTES,
+    flops_phase,
+)
+
+FRACTIONS = (0.0, 0.25, 0.5, 1.0)
+
+
+def _points(finals: dict[str, list[float]], seeds: int = 1) -> tuple[pd.DataFrame, dict[str, str]]:
+    """Eval points: each run rises linearly from 0 at fraction 0 to its final at fraction 1;
+    ``finals[algorithm][s]`` is every seed's final at start ``s``."""
+    rows, starts = [], {}
+    for algo, values in finals.items():
+        for s, final in enumerate(values):
+            for k in range(seeds):
+                run = f"{algo}-s{s}-{k}"
+                starts[run] = f"s{s}"
+                for i, f in enumerate(FRACTIONS):
+                    rows.append(
+                        {
+                            "run_id": run,
+                            "algorithm": algo,
+                            "dataset": "arith",
+                            "step": i,
+                            "budget_fraction": f,
+                            "accuracy": final * f,
+                            COMPUTE_FLOPS: 100.0 * f,
+                            flops_phase("critic"): (40.0 if algo == "ppo" else 0.0) * f,
+                            COMPUTE_WALL_S: 10.0 * f,
+                            MEMORY_PEAK_BYTES: 2.0**20 * (1 + f),
+                        }
+                    )
+    return pd.DataFrame(rows), starts
+
+
+def test_run_scores_area_is_the_mean_over_the_budget() -> None:
+    points, _ = _points({"grpo": [0.8]})
+    runs = run_scores(points, "arith")
+    # A straight line from 0 to 0.8 over the budget averages 0.4.
+    assert runs["area"].iloc[0] == pytest.approx(0.4)
+    assert runs["final"].iloc[0] == pytest.approx(0.8)
+    assert runs["peak_mib"].iloc[0] == pytest.approx(2.0)
+    assert runs["flops"].iloc[0] == pytest.approx(100.0)
+
+
+def test_means_over_starts_ranks_and_paired_improvement() -> None:
+    finals = {
+        "sppo": [0.9, 0.8, 0.7, 0.6],  # above grpo at every start
+        "grpo": [0.5, 0.4, 0.3, 0.2],
+        "ppo": [0.5, 0.1, 0.1, 0.1],  # a tie with grpo at s0, below it elsewhere
+    }
+    points, starts = _points(finals, seeds=2)
+    table = leaderboard_table(points, starts, "arith", reps=300, seed=1).set_index("algorithm")
+    assert list(table.index) == ["sppo", "grpo", "ppo"]
+    assert table.loc["sppo", "final"] == pytest.approx(0.75)
+    assert table.loc["grpo", "area"] == pytest.approx(np.mean(finals["grpo"]) / 2)
+    assert (table.loc[:, "starts"] == 4).all() and (table.loc[:, "runs"] == 8).all()
+    # sppo beats grpo at every start: every resample ranks it first and P = 1 throughout.
+    assert table.loc["sppo", ["rank", "rank_lo", "rank_hi"]].tolist() == [1.0, 1.0, 1.0]
+    assert table.loc["sppo", ["p_improve", "p_improve_lo", "p_improve_hi"]].tolist() == [1, 1, 1]
+    # ppo ties grpo at one start of four (counted half) and loses at the others.
+    assert table.loc["ppo", "p_improve"] == pytest.approx(0.5 / 4)
+    assert np.isnan(table.loc["grpo", "p_improve"])  # the reference is not compared with itself
+    assert table.loc["ppo", "final_lo"] <= table.loc["ppo", "final"] <= table.loc["ppo", "final_hi"]
+    assert table.loc["ppo", "critic_flops"] == pytest.approx(40.0)
+    assert table.loc["sppo", "critic_flops"] == 0.0
+
+
+def test_controls_are_labelled_and_formatted() -> None:
+    points, starts = _points({"ppo_inert_critic": [0.3, 0.4], "grpo": [0.5, 0.6]})
+    table = leaderboard_table(points, starts, "arith", reps=50)
+    text = format_leaderboard(table).set_index("algorithm")
+    assert text.loc["ppo_inert_critic", "note"] == CONTROLS["ppo_inert_critic"]
+    assert text.loc["grpo", "note"] == ""
+    assert text.loc["grpo", "final"].startswith("0.550 [")
+    assert text.loc["grpo", "P(> ref)"] == "–"
+
+
+def test_a_run_without_a_start_is_refused() -> None:
+    points, starts = _points({"grpo": [0.5, 0.6]})
+    starts.pop(next(iter(starts)))
+    with pytest.raises(ValueError, match="no start known"):
+        per_start_scores(run_scores(points, "arith"), starts)
+
+
+def test_performance_profile_steps_down_at_each_start() -> None:
+    points, starts = _points({"grpo": [0.2, 0.6], "sppo": [0.4, 0.8]})
+    per = per_start_scores(run_scores(points, "arith"), starts)
+    ax = plot_performance_profile(per, ax=Figure().subplots())
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    x, y = lines["grpo"].get_data()
+    # Both starts at or above tau up to 0.2, one up to 0.6, none after.
+    assert y[np.searchsorted(x, 0.1)] == 1.0
+    assert y[np.searchsorted(x, 0.5)] == 0.5
+    assert y[np.searchsorted(x, 0.7)] == 0.0
