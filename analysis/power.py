@@ -1,0 +1,161 @@
+"""How many independent starts a claim needs: its variance components from a pilot, then a
+simulation of the protocol's interval at each number of starts.
+
+A claim's interval (:mod:`analysis.protocol`) has two variance parts: the spread of the
+per-start effects, which shrinks as starts are added, and the shared eval items' part, which
+every start has in common and which more starts do not shrink:
+
+    se(S)^2 = sigma_start^2 / S + V_items
+
+A pilot (a results set, or a store) gives both: ``sigma_start`` from its per-start effects, and
+``V_items = se^2 - sigma_start^2 / S0`` (floored at 0) from its interval. The simulation then
+draws, for each number of starts S, many suites of S per-start effects around an assumed true
+effect, forms the protocol's t interval at the claim's Holm level (the smallest alpha the claim
+can be read at: alpha over the family's size, so the answer does not depend on how the other
+members fare), and counts how often the verdict is resolved at the claim's margin:
+
+* ``a >= b`` with margin m: resolved when the interval lies above -m (non-inferior, or superior
+  when above 0) or below -m (does not hold);
+* ``a ~= b`` with margin m (two one-sided tests): resolved when the interval lies inside
+  [-m, m] (equivalent) or outside it (not equivalent);
+* a claim with no margin (``a > b``, ``a needs less compute``): resolved when the interval
+  excludes 0.
+
+The starts a claim needs are the fewest with power >= 0.8. The assumed true effect is the
+pilot's (the effect the campaign would see if the pilot is right) and, for a margin claim, also
+0 (the algorithms level: the case "at least as good" must be able to show).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import t as student_t
+
+__all__ = ["PowerPlan", "power_at", "starts_needed", "variance_components"]
+
+#: Power a plan asks for.
+TARGET_POWER = 0.8
+
+
+@dataclass(frozen=True)
+class PowerPlan:
+    """One claim's power at each number of starts, and the starts it needs.
+
+    Attributes:
+        effect: the assumed true effect (estimand units).
+        sigma_start: the spread of per-start effects.
+        v_items: the shared items' variance of the effect (does not shrink with starts).
+        alpha: the two-sided level the interval is read at (Holm's most stringent for the claim).
+        margin: the claim's margin, or None (the interval must exclude 0).
+        direction: ``">="``, ``"~="`` or ``">"``.
+        starts: the numbers of starts simulated; power: the share of suites resolved at each.
+        needed: the fewest starts with power >= :data:`TARGET_POWER`, None when none simulated
+            reaches it (the shared items' variance alone can keep a claim unresolved).
+    """
+
+    effect: float
+    sigma_start: float
+    v_items: float
+    alpha: float
+    margin: float | None
+    direction: str
+    starts: tuple[int, ...]
+    power: tuple[float, ...]
+    needed: int | None
+
+
+def variance_components(per_start: np.ndarray, se: float) -> tuple[float, float, float]:
+    """(mean effect, sigma_start, V_items) from a pilot's per-start effects and its interval's
+    standard error (the protocol's ``ClaimEstimate.per_start`` and ``.se``)."""
+    e = np.asarray(per_start, float)
+    e = e[np.isfinite(e)]
+    if e.size < 2:
+        raise ValueError(f"a pilot needs at least 2 starts with an effect, has {e.size}")
+    sigma = float(e.std(ddof=1))
+    v_items = max(float(se) ** 2 - sigma**2 / e.size, 0.0)
+    return float(e.mean()), sigma, v_items
+
+
+def _resolved(lo: np.ndarray, hi: np.ndarray, direction: str, margin: float | None) -> np.ndarray:
+    if margin is None or direction == ">":
+        return (lo > 0) | (hi < 0)
+    if direction == ">=":
+        return (lo > -margin) | (hi < -margin)
+    if direction == "~=":
+        return ((lo > -margin) & (hi < margin)) | (lo > margin) | (hi < -margin)
+    raise ValueError(f"direction must be '>=', '~=' or '>', got {direction!r}")
+
+
+def power_at(
+    starts: int,
+    *,
+    effect: float,
+    sigma_start: float,
+    v_items: float,
+    alpha: float,
+    margin: float | None,
+    direction: str,
+    suites: int = 4000,
+    seed: int = 0,
+) -> float:
+    """The share of simulated suites of ``starts`` starts whose interval resolves the claim.
+
+    Each suite draws a shared item effect (variance ``v_items``, common to its starts) and
+    ``starts`` per-start effects (spread ``sigma_start``), then reads the protocol's interval:
+    mean ± t(S - 1) x sqrt(sample variance / S + v_items), with ``v_items`` taken as known
+    from the pilot (its own uncertainty is not simulated).
+    """
+    if starts < 2:
+        raise ValueError(f"starts must be >= 2, got {starts}")
+    rng = np.random.default_rng(seed)
+    shared = rng.normal(0.0, np.sqrt(v_items), size=(suites, 1))
+    e = effect + shared + rng.normal(0.0, sigma_start, size=(suites, starts))  # (suites, S)
+    mean = e.mean(axis=1)
+    se = np.sqrt(e.var(axis=1, ddof=1) / starts + v_items)
+    half = student_t.ppf(1 - alpha / 2, starts - 1) * se
+    return float(_resolved(mean - half, mean + half, direction, margin).mean())
+
+
+def starts_needed(
+    per_start: np.ndarray,
+    se: float,
+    *,
+    alpha: float,
+    margin: float | None,
+    direction: str,
+    effect: float | None = None,
+    max_starts: int = 40,
+    suites: int = 4000,
+    seed: int = 0,
+) -> PowerPlan:
+    """The power curve of one claim from its pilot, and the starts it needs.
+
+    Args:
+        per_start, se: the pilot's per-start effects and standard error (``ClaimEstimate``).
+        alpha: the two-sided level the verdict is read at (the claim's Holm level).
+        margin, direction: the claim's margin (None: no margin) and direction.
+        effect: the assumed true effect; default the pilot's.
+        max_starts: the largest number of starts simulated.
+        suites, seed: simulated suites per number of starts, and their seed.
+    """
+    mean, sigma, v_items = variance_components(per_start, se)
+    true = mean if effect is None else float(effect)
+    grid = tuple(range(2, max_starts + 1))
+    power = tuple(
+        power_at(
+            s,
+            effect=true,
+            sigma_start=sigma,
+            v_items=v_items,
+            alpha=alpha,
+            margin=margin,
+            direction=direction,
+            suites=suites,
+            seed=seed + s,
+        )
+        for s in grid
+    )
+    needed = next((s for s, p in zip(grid, power, strict=True) if p >= TARGET_POWER), None)
+    return PowerPlan(true, sigma, v_items, alpha, margin, direction, grid, power, needed)

@@ -1,0 +1,82 @@
+"""`sppo-bench power`'s simulation against answers known in closed form: with no shared item
+variance the t interval's power follows the normal approximation
+S ~ ((z(1 - alpha/2) + z(power)) * sigma / distance)^2, a few starts more for t's heavier tails."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import norm
+
+from analysis.power import power_at, starts_needed, variance_components
+
+
+def _normal_approx(sigma: float, distance: float, alpha: float = 0.05, power: float = 0.8) -> float:
+    return ((norm.ppf(1 - alpha / 2) + norm.ppf(power)) * sigma / distance) ** 2
+
+
+def _pilot(mean: float, sigma: float, n: int = 200, seed: int = 0) -> np.ndarray:
+    """Per-start effects with exactly this mean and sample spread."""
+    z = np.random.default_rng(seed).normal(size=n)
+    return mean + sigma * (z - z.mean()) / z.std(ddof=1)
+
+
+def test_variance_components_split_the_pilot_se() -> None:
+    per_start = np.array([0.1, 0.2, 0.3, 0.4])
+    sigma = per_start.std(ddof=1)
+    mean, s, v = variance_components(per_start, se=np.sqrt(sigma**2 / 4 + 0.01))
+    assert (mean, s) == (pytest.approx(0.25), pytest.approx(sigma))
+    assert v == pytest.approx(0.01)
+    # An se below the starts' own part leaves no item variance (floored, not negative).
+    assert variance_components(per_start, se=0.0)[2] == 0.0
+    with pytest.raises(ValueError, match="at least 2 starts"):
+        variance_components(np.array([0.3, np.nan]), se=0.1)
+
+
+@pytest.mark.parametrize(
+    ("direction", "effect", "margin"),
+    [(">=", 0.0, 0.5), (">", 0.5, None)],  # level algorithms at margin 0.5; a 0.5 superiority
+)
+def test_starts_needed_matches_the_normal_approximation(direction, effect, margin) -> None:
+    plan = starts_needed(
+        _pilot(effect, 1.0),
+        se=1.0 / np.sqrt(200),  # no shared item variance
+        alpha=0.05,
+        margin=margin,
+        direction=direction,
+        max_starts=45,
+        suites=3000,
+    )
+    expected = _normal_approx(1.0, 0.5)  # 31.4
+    assert plan.v_items == pytest.approx(0.0, abs=1e-12)
+    assert plan.needed is not None and expected <= plan.needed <= expected + 4
+    assert plan.power[plan.starts.index(plan.needed)] >= 0.8
+    assert all(p < 0.8 for s, p in zip(plan.starts, plan.power, strict=True) if s < plan.needed - 2)
+
+
+def test_a_stricter_holm_level_needs_more_starts() -> None:
+    common = {"effect": 0.5, "sigma_start": 1.0, "v_items": 0.0, "margin": None, "direction": ">"}
+    assert power_at(20, alpha=0.0125, **common) < power_at(20, alpha=0.05, **common)
+
+
+def test_shared_item_variance_can_make_a_claim_unreachable() -> None:
+    # The items' part alone, sqrt(0.04) = 0.2, times t's quantile exceeds the margin of 0.1:
+    # no number of starts resolves a level pair.
+    plan = starts_needed(
+        _pilot(0.0, 0.05), se=np.sqrt(0.05**2 / 200 + 0.04), alpha=0.05, margin=0.1,
+        direction=">=", max_starts=30, suites=1000,
+    )  # fmt: skip
+    assert plan.v_items == pytest.approx(0.04)
+    assert plan.needed is None and max(plan.power) < 0.5
+
+
+def test_equivalence_needs_the_interval_inside_both_margins() -> None:
+    # TOST at margin 0.5 on a level pair: both ends must clear, so it needs more starts than
+    # the one-sided non-inferiority question at the same margin.
+    pilot, se = _pilot(0.0, 1.0), 1.0 / np.sqrt(200)
+    kw = {"alpha": 0.05, "margin": 0.5, "max_starts": 60, "suites": 2000}
+    tost = starts_needed(pilot, se, direction="~=", **kw)
+    non_inferior = starts_needed(pilot, se, direction=">=", **kw)
+    assert tost.needed is not None and tost.needed > non_inferior.needed
+    with pytest.raises(ValueError, match="direction"):
+        power_at(5, effect=0, sigma_start=1, v_items=0, alpha=0.05, margin=0.1, direction="<")
