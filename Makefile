@@ -15,7 +15,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_BIN := $(VLLM_VENV)/bin
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: install install-core install-vllm run test test-main test-vllm bench lint format clean
+.PHONY: install install-core install-vllm run results-docs test test-main test-vllm bench lint format clean
 
 $(CORE_STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -45,6 +45,11 @@ install-vllm: $(VLLM_STAMP)
 
 run: $(CORE_STAMP)
 	$(BIN)/sppo-bench run
+
+# docs/results.md and docs/figures/results_<suite>.png from the committed results/ (no training,
+# no store): rerun after adding a shard; tests/analysis/test_pages.py fails until you do.
+results-docs: $(CORE_STAMP)
+	$(BIN)/python -m analysis.pages
 
 test: test-main test-vllm
 
