@@ -43,6 +43,15 @@ from .curves import compute_to_target, describe_compute_to_target
 from .fit import fit_curves
 from .gates import claim_datasets, per_start_finals
 from .horizon import horizon_table, plot_accuracy_vs_horizon
+from .leaderboard import (
+    LEADERBOARD_INTERVAL,
+    format_leaderboard,
+    leaderboard_datasets,
+    leaderboard_table,
+    per_start_scores,
+    plot_performance_profile,
+    run_scores,
+)
 from .load import ITEM_TABLE_COLUMNS, eval_points, load_items, run_params
 from .plots import plot_memory, plot_panels, plot_training_curves
 from .protocol import final_difference
@@ -258,6 +267,8 @@ def write_report(
             index=True,
         )
 
+        _leaderboard_section(w, points, items, metric, reps, seed)
+
         if fit_x is not None:
             w.section(
                 "Saturating fit",
@@ -404,6 +415,44 @@ def write_report(
     return report
 
 
+def _leaderboard_section(
+    w: _Writer, points: pd.DataFrame, items: pd.DataFrame, metric: str, reps: int, seed: int
+) -> None:
+    """Every algorithm ranked on each whole task, over independent starts: only where the runs
+    span two or more starts and three or more algorithms (one start ranks a start, not the
+    algorithms)."""
+    if items.empty or items["start"].nunique() < 2 or points["algorithm"].nunique() < 3:
+        return
+    starts = items.drop_duplicates("run_id").set_index("run_id")["start"].to_dict()
+    known = points[points["run_id"].isin(starts)]
+    w.section(
+        "Leaderboard",
+        "Each algorithm over independent starts (its value at a start: the mean over the start's "
+        f"RL seeds), {LEADERBOARD_INTERVAL}. area: the {metric} averaged over the budget (the "
+        "normalised area under the curve); rank 1 is the best final; P(> ref): the share of "
+        "starts at which it beats grpo (ties half). Costs are means per run. Exploratory: the "
+        "declared claims above are the verdicts.",
+    )
+    for dataset in leaderboard_datasets(known):
+        table = leaderboard_table(known, starts, dataset, metric=metric, reps=reps, seed=seed)
+        suffix = "" if dataset == leaderboard_datasets(known)[0] else f"_{dataset}"
+        w.table(
+            f"leaderboard{suffix}",
+            f"Leaderboard on {dataset}: final {metric}, IQM, area, rank and P(> grpo), "
+            "each with its 95% interval over starts; cost per run",
+            table,
+            format_leaderboard(table),
+        )
+        per_start = per_start_scores(run_scores(known, dataset, metric), starts)
+        w.figure(
+            f"performance_profile{suffix}",
+            f"Performance profile on {dataset}: the share of starts whose final {metric} (mean "
+            "over the start's seeds) is at least τ; dotted: controls",
+            lambda fig, p=per_start: plot_performance_profile(p, ax=fig.subplots()),
+            (5.0, 3.6),
+        )
+
+
 def _declared_claims(run_ids: pd.Series, uri: str | None) -> list[Claim] | None:
     """The claims the runs declared (the ``claims`` param every run logs with its config);
     None when the store cannot say (no store, or runs logged before claims were declared)."""
@@ -442,10 +491,16 @@ def _claims_section(
         "estimated with its starts as the unit of replication (the starts, then the RL seeds "
         "within a start, then the eval items, docs/statistics.md); the interval's level is the "
         "coverage it reaches in the simulation of this design. Holm's adjustment runs over each "
-        "declared family (claims × tasks; members not in this store count as p = 1): a verdict "
-        "reads the Holm-adjusted interval. A claim whose gates fail is untestable on this "
-        "testbed, not a verdict. With one warm start shared by every seed the intervals are "
-        "conditional on that start and no verdict is drawn.",
+        "declared family (claims × tasks; members not in this store, and untestable ones, count "
+        "as p = 1, not rejectable, and rank after the tested ones): a verdict reads the "
+        "Holm-adjusted interval, and the smallest detectable effect is the one at that level. "
+        'A claim "a >= b" is non-inferiority with the margin it declared before the run, in '
+        "the estimand's units: superior when the interval lies above 0, non-inferior when it "
+        'lies above −margin, does not hold when it lies below −margin; "a ~= b" is '
+        "equivalent when it lies inside ±margin; anything else is not resolved at this power. "
+        "A claim whose gates fail is untestable on this testbed, not a verdict. With one warm "
+        "start shared by every seed the intervals are conditional on that start and no verdict "
+        "is drawn.",
         "",
         *describe_claims(table),
     )

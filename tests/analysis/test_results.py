@@ -35,8 +35,9 @@ REPS = 200  # bootstrap replicates of the reports compared here: equality needs 
 
 @pytest.fixture(scope="module")
 def second_start(micro_suite, tmp_path_factory):
-    """A second invocation of the micro suite from start seed 1, into the micro suite's store:
-    the shard another machine would have run."""
+    """A second invocation of the micro suite from start seed 1, into a store of its own: the
+    shard another machine would have run (and the session's micro store stays as other tests
+    expect it: one suite run)."""
     from benchmarks.config import compose_config
     from benchmarks.suite.run import run_suite
 
@@ -46,7 +47,7 @@ def second_start(micro_suite, tmp_path_factory):
         [
             *MICRO,
             "seed=1",
-            f"tracking.uri={result.tracking_uri}",
+            f"tracking.uri=sqlite:///{root / 'mlflow.db'}",
             f"cache_dir={root / 'cache'}",
             f"output_dir={root / 'out'}",
             "jobs=1",
@@ -65,7 +66,9 @@ def shards(micro_suite, second_start, tmp_path_factory) -> tuple[Path, Path]:
         root / "s0", tracking_uri=result.tracking_uri, parent_run_ids=[result.parent_run_id]
     )
     b = export_results(
-        root / "s1", tracking_uri=result.tracking_uri, parent_run_ids=[second_start.parent_run_id]
+        root / "s1",
+        tracking_uri=second_start.tracking_uri,
+        parent_run_ids=[second_start.parent_run_id],
     )
     return a, b
 
@@ -114,21 +117,32 @@ def test_report_from_the_export_equals_the_report_from_the_store(micro_suite, sh
     pd.testing.assert_frame_equal(rs.tidy(), df.reset_index(drop=True), check_like=False)
 
 
-def test_shards_merge_by_start_into_the_store_of_both(micro_suite, second_start, shards, tmp_path):
+def test_shards_merge_by_start_into_what_both_stores_hold(
+    micro_suite, second_start, shards, tmp_path
+):
     result, _ = micro_suite
     rs = read_results([shards[0].parent])  # the folder of both shards
     assert rs.starts == ["s0", "s1"]
     assert len(rs.manifests) == 2
-    # The merged set is the store holding both invocations, read as one experiment.
-    both = load_runs(result.experiment, tracking_uri=result.tracking_uri)
-    both = both[
-        both["parent_run_id"].isin([result.parent_run_id, second_start.parent_run_id])
-    ].reset_index(drop=True)
+    # The merged set is the two machines' stores read as one.
+    both = pd.concat(
+        [
+            load_runs(parent_run_id=result.parent_run_id, tracking_uri=result.tracking_uri),
+            load_runs(
+                parent_run_id=second_start.parent_run_id, tracking_uri=second_start.tracking_uri
+            ),
+        ]
+    )
+    both = both.sort_values(["run_id", "metric", "step"], kind="stable").reset_index(drop=True)
     pd.testing.assert_frame_equal(rs.tidy(), both)
     assert set(rs.items["start"]) == {"s0", "s1"}
     out = tmp_path / "merged"
     assert main(["report", "--results", str(shards[0]), str(shards[1]), "--out", str(out)]) == 0
     assert (out / "report.md").is_file() and (out / "accuracy.csv").is_file()
+    # Two starts and four algorithms: the report ranks them over starts.
+    board = pd.read_csv(out / "leaderboard.csv")
+    assert sorted(board["algorithm"]) == ["dapo", "grpo", "ppo", "sppo"]
+    assert (board["starts"] == 2).all() and (out / "performance_profile.png").is_file()
 
 
 def test_export_import_export_gives_equal_tables(shards, tmp_path) -> None:
