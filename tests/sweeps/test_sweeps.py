@@ -321,6 +321,8 @@ def test_bad_spec_fails_before_any_trial_naming_the_field(tmp_path, base, change
         "claims_actor",
         "claims_chain_sum_critic",
         "claims_chain_sum_actor",
+        "leaderboard_arith_actor",
+        "leaderboard_chain_sum_actor",
     ],
 )
 def test_shipped_specs_are_valid_against_the_config(name):
