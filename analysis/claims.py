@@ -1,16 +1,20 @@
 """Claims declared before a run: what the report tests, and nothing else.
 
 A suite's ``claims:`` node lists the comparisons its report draws verdicts on. Each entry names
-the estimand, the two algorithms, the direction that supports it, the eval groups it uses, the
-family it is corrected with (Holm over the family's declared size: claims x tasks) and the gates
-that must pass before a verdict is drawn (:mod:`analysis.gates`)::
+the estimand, the two algorithms, the direction that supports it (with its margin where the
+direction needs one), the eval groups it uses, the family it is corrected with (Holm over the
+family's declared size: claims x tasks) and the gates that must pass before a verdict is drawn
+(:mod:`analysis.gates`)::
 
     claims:
       - name: horizon
-        estimand: horizon_slope          # horizon_slope | compute_ratio | final_difference
+        estimand: horizon_slope          # horizon_slope | area_difference | final_difference
+                                         # | compute_ratio
         a: sppo
         b: ppo
-        direction: a >= b                # a >= b | a <= b; ratios: a needs less|more compute
+        direction: a >= b                # a >= b | a <= b | a ~= b | a > b | a < b;
+                                         # ratios: a needs less|more compute
+        margin: 0.005                    # a >= b, a <= b, a ~= b: > 0, the estimand's units
         groups: all                      # all | ends | [arith_h1, arith_h4, ...]
         family: {name: headline, size: 4}
         gates:
@@ -20,10 +24,20 @@ that must pass before a verdict is drawn (:mod:`analysis.gates`)::
             ppo: {critic/heldout_explained_variance: 0.1}
             sppo: {critic/calibration_pearson: 0.3}
 
+Directions: ``a > b`` / ``a < b`` are superiority claims (the interval must exclude 0 on the
+claimed side); ``a >= b`` / ``a <= b`` are non-inferiority claims with a margin m (a is at most m
+worse than b: the interval must lie above -m; "superior" when it also lies above 0); ``a ~= b`` is
+equivalence with a margin m (the interval inside [-m, m], two one-sided tests). The margin is
+declared before the run, in the estimand's units (accuracy per horizon step for the slope, mean
+accuracy over the budget for the area, accuracy for the final difference); a claim with one of
+these directions and no margin is refused. Compute-ratio claims take no margin.
+
 :func:`parse_claims` checks a node and returns typed :class:`Claim` s; the suite's plan calls it
 before any compute (with the registered algorithms and the task's eval datasets), the report
-calls it on what the runs logged (their ``claims`` param). Every error names the bad field and
-what is allowed.
+calls it on what the runs logged (their ``claims`` param: :func:`claims_from_param`, which also
+reads claims logged before margins existed, a ``>=`` or ``<=`` without one, and tests them as
+the superiority claims they were read as then). Every error names the bad field and what is
+allowed.
 """
 
 from __future__ import annotations
@@ -42,6 +56,7 @@ __all__ = [
     "GATE_KEYS",
     "GATE_METRICS",
     "GROUP_KEYWORDS",
+    "MARGIN_DIRECTIONS",
     "Claim",
     "Family",
     "Gates",
@@ -52,20 +67,32 @@ __all__ = [
 #: The run param the flattened config stores the ``claims`` node under (a JSON list).
 CLAIMS_PARAM = "claims"
 #: Estimands (:mod:`analysis.protocol`): the per-start least-squares slope over the groups'
-#: horizons of the paired accuracy difference; the compute ratio to reach b's accuracy at the
+#: horizons of the paired accuracy difference; the paired difference of the normalised areas
+#: under the accuracy-versus-compute curves; the compute ratio to reach b's accuracy at the
 #: budget; the paired difference of the final accuracies.
-ESTIMANDS = ("horizon_slope", "compute_ratio", "final_difference")
+ESTIMANDS = ("horizon_slope", "area_difference", "compute_ratio", "final_difference")
+_LINEAR_DIRECTIONS = ("a >= b", "a <= b", "a ~= b", "a > b", "a < b")
 #: Per estimand, the directions a claim may take: which sign of the effect supports it.
 DIRECTIONS: dict[str, tuple[str, ...]] = {
-    "horizon_slope": ("a >= b", "a <= b"),
-    "final_difference": ("a >= b", "a <= b"),
+    "horizon_slope": _LINEAR_DIRECTIONS,
+    "area_difference": _LINEAR_DIRECTIONS,
+    "final_difference": _LINEAR_DIRECTIONS,
     "compute_ratio": ("a needs less compute", "a needs more compute"),
+}
+#: Directions that need a margin (non-inferiority and equivalence); the others take none.
+MARGIN_DIRECTIONS = ("a >= b", "a <= b", "a ~= b")
+#: The margin's units, per estimand (for the claim's sentence).
+_UNITS = {
+    "horizon_slope": "accuracy per horizon step",
+    "area_difference": "mean accuracy over the budget",
+    "final_difference": "accuracy",
 }
 #: ``groups`` keywords: every group of the task (``all``; the whole task for a compute ratio),
 #: or its shortest and longest only (``ends``).
 GROUP_KEYWORDS = ("all", "ends")
 GATE_KEYS = ("start_max", "gain_min", "final_min")
-_KEYS = ("name", "estimand", "a", "b", "direction", "groups", "family", "gates")
+_KEYS = ("name", "estimand", "a", "b", "direction", "margin", "groups", "family", "gates")
+_OPTIONAL = ("margin", "gates")
 #: Metrics a ``final_min`` gate may read: the critics' quality, logged at the final eval.
 GATE_METRICS = (
     M.CRITIC_HELDOUT_EXPLAINED_VAR,
@@ -111,18 +138,31 @@ class Claim:
     groups: str | tuple[str, ...]
     family: Family
     gates: Gates
+    #: The non-inferiority or equivalence margin (estimand units); None for superiority claims
+    #: and for a ``>=``/``<=`` claim logged before margins existed (tested as superiority).
+    margin: float | None = None
 
     @property
     def sentence(self) -> str:
-        """The claim in words, e.g. "sppo >= ppo as the horizon grows"."""
+        """The claim in words, with its margin, e.g. "sppo >= ppo as the horizon grows
+        (margin 0.005 accuracy per horizon step)"."""
         a, b = self.a, self.b
         if self.estimand == "compute_ratio":
             fewer = "fewer" if self.direction == "a needs less compute" else "more"
             return f"{a} reaches {b}'s accuracy with {fewer} rollouts"
-        rel = ">=" if self.direction == "a >= b" else "<="
-        if self.estimand == "horizon_slope":
-            return f"{a} {rel} {b} as the horizon grows"
-        return f"{a} {rel} {b} at the end of the budget"
+        rel = self.direction.split()[1]
+        what = {
+            "horizon_slope": "as the horizon grows",
+            "area_difference": "in mean accuracy over the rollout budget",
+            "final_difference": "at the end of the budget",
+        }[self.estimand]
+        if self.margin is not None:
+            tail = f" (margin {self.margin:g} {_UNITS[self.estimand]})"
+        elif self.direction in MARGIN_DIRECTIONS:
+            tail = f" (declared without a margin: tested as {a} {rel[0]} {b})"
+        else:
+            tail = ""
+        return f"{a} {rel} {b} {what}{tail}"
 
 
 def _where(i: int, key: str | None = None) -> str:
@@ -142,6 +182,34 @@ def _number(where: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"{where}={value!r}: must be a number")
     return float(value)
+
+
+def _margin(
+    i: int, entry: Mapping[str, Any], estimand: str, direction: str, legacy: bool
+) -> float | None:
+    value = entry.get("margin")
+    if direction in MARGIN_DIRECTIONS:
+        if value is None:
+            if legacy and direction != "a ~= b":  # ">=", "<=" before margins: superiority
+                return None
+            raise ValueError(
+                f"{_where(i, 'margin')}: missing; direction {direction!r} (non-inferiority or "
+                f"equivalence) needs a margin > 0 in the estimand's units "
+                f"({_UNITS[estimand]} for {estimand}), declared before the run"
+            )
+        margin = _number(_where(i, "margin"), value)
+        if not (0 < margin < float("inf")):
+            raise ValueError(
+                f"{_where(i, 'margin')}={value!r}: must be a number > 0 ({_UNITS[estimand]})"
+            )
+        return margin
+    if value is not None:
+        takes = [d for d in DIRECTIONS[estimand] if d in MARGIN_DIRECTIONS]
+        raise ValueError(
+            f"{_where(i, 'margin')}={value!r}: direction {direction!r} takes no margin"
+            + (f"; a margin goes with {takes}" if takes else f" ({estimand} takes none)")
+        )
+    return None
 
 
 def _groups(i: int, value: Any, datasets: Collection[str] | None) -> str | tuple[str, ...]:
@@ -215,6 +283,7 @@ def parse_claims(
     *,
     algorithms: Collection[str] | None = None,
     datasets: Collection[str] | None = None,
+    legacy: bool = False,
 ) -> list[Claim]:
     """Check a ``claims`` node (a list of mappings; None or empty: no claims) and type it.
 
@@ -223,6 +292,9 @@ def parse_claims(
         algorithms: the names ``a``, ``b`` and the gates' algorithms may take (the registered
             algorithms); None: not checked.
         datasets: the eval datasets ``groups`` may name (the task's); None: not checked.
+        legacy: accept a ``>=``/``<=`` claim without a margin (claims logged before margins
+            existed; :func:`claims_from_param`); it is tested as superiority. A new declaration
+            is never read this way.
 
     Raises:
         ValueError: naming the bad field (``claims[1].direction``) and its allowed values. Names
@@ -240,24 +312,27 @@ def parse_claims(
         unknown = sorted(set(entry) - set(_KEYS))
         if unknown:
             raise ValueError(f"{_where(i, unknown[0])}: unknown key; allowed: {list(_KEYS)}")
-        missing = [k for k in _KEYS if k != "gates" and k not in entry]
+        needed = [k for k in _KEYS if k not in _OPTIONAL]
+        missing = [k for k in needed if k not in entry]
         if missing:
-            raise ValueError(f"{_where(i, missing[0])}: missing; a claim needs {list(_KEYS[:-1])}")
+            raise ValueError(f"{_where(i, missing[0])}: missing; a claim needs {needed}")
         estimand = _text(i, "estimand", entry["estimand"], ESTIMANDS)
         a = _text(i, "a", entry["a"], algorithms)
         b = _text(i, "b", entry["b"], algorithms)
         if a == b:
             raise ValueError(f"{_where(i, 'b')}={b!r}: must differ from a")
+        direction = _text(i, "direction", entry["direction"], DIRECTIONS[estimand])
         claims.append(
             Claim(
                 name=_text(i, "name", entry["name"]),
                 estimand=estimand,
                 a=a,
                 b=b,
-                direction=_text(i, "direction", entry["direction"], DIRECTIONS[estimand]),
+                direction=direction,
                 groups=_groups(i, entry["groups"], datasets),
                 family=_family(i, entry["family"]),
                 gates=_gates(i, entry.get("gates"), algorithms),
+                margin=_margin(i, entry, estimand, direction, legacy),
             )
         )
     names = [c.name for c in claims]
@@ -284,7 +359,9 @@ def parse_claims(
 
 def claims_from_param(value: str | None) -> list[Claim] | None:
     """The claims a run logged (its ``claims`` param, the node as JSON); None when the run
-    logged none (a store written before claims were declared)."""
+    logged none (a store written before claims were declared). Claims logged before margins
+    existed (a ``>=``/``<=`` without one) are read as declared: tested as superiority, and their
+    sentence says so; no margin is added after the run."""
     if value is None:
         return None
-    return parse_claims(json.loads(value))
+    return parse_claims(json.loads(value), legacy=True)

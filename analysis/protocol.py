@@ -13,10 +13,16 @@ Estimands (one value per start, the effect the mean over starts):
   items of each group), weighted by items per group. ``scale="logit"`` takes the difference of
   the groups' logit accuracies instead (a check that the slope is not an artefact of the floor
   or the ceiling).
+* :func:`area_difference`: the paired difference a - b of the normalised area under the
+  accuracy-versus-compute curve: per run, the trapezoid mean of its accuracy over its evals on
+  the compute axis (x divided by the budget; with the start eval at 0 and the last at the
+  budget, the mean accuracy over the budget), per start the mean over its RL seeds. Uncensored,
+  and linear in the item scores like the two below: claim (b)'s primary estimand.
 * :func:`compute_ratio`: per (start, seed), the compute at which a's isotonic curve reaches b's
   end-of-budget accuracy (the mean of b's evals in the last quarter of the budget) over the
   compute at which b's own isotonic curve reaches it; analysed as a log ratio, the effect is the
-  geometric mean ratio.
+  geometric mean ratio. Censored where a never reaches the target: printed beside the area as
+  a description, "≥ x×" when a start is censored.
 * :func:`final_difference`: the paired final accuracy difference, the mean over datasets of the
   mean over items.
 
@@ -46,6 +52,12 @@ start*: no verdict.
 ``level`` on every estimate is the coverage the interval reaches in the simulation of the shipped
 design (:mod:`analysis.simulate`, ``scripts/coverage_table.py``, docs/statistics.md), which the
 tests hold within two points of it at 5 and 10 starts.
+
+Claims and verdicts (:func:`claim_p_value`, :func:`verdict`): a claim is superiority (a > b: the
+interval must lie above 0), non-inferiority with a margin m (a >= b: above -m), or equivalence
+with a margin m (a ~= b: inside [-m, m], two one-sided tests); each p-value is that of the point
+the claim's decision turns on (0, -m, or the nearer of -m and m), so Holm rejects a claim exactly
+when its interval at the Holm-adjusted level resolves it one way or the other.
 """
 
 from __future__ import annotations
@@ -61,13 +73,20 @@ from scipy.stats import t as student_t
 
 __all__ = [
     "CONDITIONAL",
+    "DIRECTIONS",
     "DOES_NOT_HOLD",
+    "EQUIVALENT",
     "ESTIMANDS",
-    "HOLDS",
     "ITEM_COLUMNS",
+    "NON_INFERIOR",
     "NOT_RESOLVED",
+    "RESOLVED",
+    "SUPERIOR",
     "ClaimEstimate",
     "HolmRow",
+    "area_difference",
+    "area_intervals",
+    "claim_p_value",
     "compute_ratio",
     "final_difference",
     "final_items",
@@ -77,6 +96,7 @@ __all__ = [
     "linear_intervals",
     "ratio_intervals",
     "reached_level",
+    "resolved",
     "verdict",
 ]
 
@@ -93,18 +113,25 @@ ITEM_COLUMNS = (
     "compute",
     "correct",
 )
-ESTIMANDS = ("horizon_slope", "compute_ratio", "final_difference")
+ESTIMANDS = ("horizon_slope", "area_difference", "compute_ratio", "final_difference")
 
-HOLDS = "holds"
+#: Verdicts. A claim with a margin names it after the verdict: "non-inferior (margin 0.02)".
+SUPERIOR = "superior"
+NON_INFERIOR = "non-inferior"
+EQUIVALENT = "equivalent"
 DOES_NOT_HOLD = "does not hold"
 NOT_RESOLVED = "not resolved at this power"
 CONDITIONAL = "conditional on one start: no verdict"
+#: The verdicts that resolve a claim (one way or the other).
+RESOLVED = (SUPERIOR, NON_INFERIOR, EQUIVALENT, DOES_NOT_HOLD)
 
 #: Item folds of the jackknife (fewer when a dataset has fewer items).
 FOLDS = 20
 #: The share of the budget whose evals give b's end-of-budget accuracy (compute_ratio's target).
 TAIL = 0.25
-_DIRECTIONS = ("greater", "less")
+#: The protocol's directions: the claimed sign of the effect (a ratio: ratio > 1 or < 1), and
+#: equivalence (a margin either side of no effect).
+DIRECTIONS = ("greater", "less", "equivalent")
 
 
 # --- the estimate ------------------------------------------------------------------------------
@@ -126,7 +153,8 @@ class ClaimEstimate:
         n_starts: starts with a paired estimate; n_seeds: the smallest count of paired RL seeds
             in a start.
         mde: the smallest effect (for a ratio: |log ratio|) a two-sided test at the nominal level
-            detects with 80% power at this design.
+            detects with 80% power at this design; :meth:`mde_at` gives it at another level (a
+            claim's Holm-adjusted alpha, the level its verdict is read at).
         conditional: True with one start: the interval is over its RL seeds and items only, and
             no verdict is drawn.
         per_start: the per-start effects (ratios for ``compute_ratio``).
@@ -164,6 +192,20 @@ class ClaimEstimate:
         """The interval at level 1 - alpha (e.g. a Holm-adjusted alpha)."""
         return _interval(self.estimand, self.effect, self.se, self.df, alpha, self.censored)
 
+    def mde_at(self, alpha: float) -> float:
+        """The smallest effect (a ratio: |log ratio|; a margin claim: distance from the margin)
+        a two-sided test at level ``alpha`` detects with 80% power:
+        (t(1 - alpha/2) + t(0.8)) x se at the interval's degrees of freedom."""
+        return _mde(self.se, self.df, alpha)
+
+
+def _mde(se: float, df: float, alpha: float) -> float:
+    if not (0 < alpha < 1):
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    if not (np.isfinite(se) and np.isfinite(df) and df > 0):
+        return float("nan")
+    return float((student_t.ppf(1 - alpha / 2, df) + student_t.ppf(0.8, df)) * se)
+
 
 def _interval(
     estimand: str, effect: float, se: float, df: float, alpha: float, censored: int
@@ -183,11 +225,15 @@ def _interval(
 #: Coverage a nominal 95% interval reaches in the simulation (scripts/coverage_table.py,
 #: docs/statistics.md), by estimand and starts: the level every simulated design reaches, to
 #: the point, within 2 points of each. The horizon slope over 3 starts covers 97.5-98%
-#: (conservative: its t has 2 degrees of freedom). The compute ratio's coverage has no truth
-#: under censoring; its entry is the level whose alpha bounds its null rejection rate.
+#: (conservative: its t has 2 degrees of freedom). The area difference over 3 starts covers
+#: 92.7-95.1% (``python -m analysis.simulate``: the shared items weigh more in a mean over eight
+#: evals, and with 2 degrees of freedom for the starts' part the interval runs short), so 0.94.
+#: The compute ratio's coverage has no truth under censoring; its entry is the level whose alpha
+#: bounds its null rejection rate.
 _REACHED_95 = {
     "horizon_slope": {3: 0.97, 5: 0.95, 10: 0.95},
     "final_difference": {3: 0.95, 5: 0.95, 10: 0.95},
+    "area_difference": {3: 0.94, 5: 0.95, 10: 0.95},
     "compute_ratio": {3: 0.95, 5: 0.95, 10: 0.95},
 }
 
@@ -369,7 +415,7 @@ def _finish(
     ratio = estimand == "compute_ratio"
     est = _intervals(ratio, per_unit, per_unit_del, confidence, censored)
     se, df = float(est.se), float(est.df)
-    mde = float((student_t.ppf(0.5 + confidence / 2, df) + student_t.ppf(0.8, df)) * se)
+    mde = _mde(se, df, 1 - confidence)
     conditional = n_starts == 1
     # One value per start; with one start the units are its seeds, whose mean is that start's.
     starts = np.asarray(per_unit, float) if n_starts >= 2 else np.mean(per_unit, keepdims=True)
@@ -722,6 +768,60 @@ def compute_ratio(
     del reps
     if denominator not in ("crossing", "budget"):
         raise ValueError(f"denominator must be 'crossing' or 'budget', got {denominator!r}")
+    arr = _curve_arrays(items, a, b, datasets, folds, seed, "compute_ratio")
+    lr, never = _ratio_effects(
+        arr.s, arr.n, np.nan_to_num(arr.x), np.asarray(arr.fractions, float), denominator
+    )
+    unit, e_del = arr.per_unit(lr)
+    never = never & arr.runs
+    censored = int(never.any(axis=1).sum()) if arr.n_starts >= 2 else int(never.any())
+    return _finish(
+        "compute_ratio", a, b, unit, e_del, arr.n_starts, arr.n_seeds, confidence,
+        censored=censored, scale="log",
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Curves:
+    """Every eval of the runs of a and b as item-fold sums (:func:`_curve_arrays`).
+
+    s, n: (U, R, 2, G, E, K) per start, seed, algorithm (a, then b), dataset, eval and item fold
+    the sum of scores and the item count; x: (U, R, 2, E) the compute at each eval (NaN where a
+    run has none); fractions: the evals' budget fractions; runs: (U, R) both algorithms present.
+    """
+
+    s: np.ndarray
+    n: np.ndarray
+    x: np.ndarray
+    fractions: list
+    runs: np.ndarray
+    n_starts: int
+    n_seeds: int
+    k: int
+
+    def per_unit(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per-unit effects and their fold-deleted copies from per-run values ``v`` (U, R, K+1):
+        per start the mean over its seeds (several starts), else one start's seeds as units."""
+        v = np.where(self.runs[..., None], v, np.nan)
+        has = self.runs.any(axis=1)
+        if self.n_starts >= 2:
+            with warnings.catch_warnings():  # a seed code absent from a start: an all-NaN slice
+                warnings.simplefilter("ignore", RuntimeWarning)
+                unit = np.nanmean(v, axis=1)[has]  # (U, K+1): mean over the start's seeds
+        else:
+            unit = v[has][0][self.runs[has][0]]  # (R, K+1): seeds as units
+        return unit[:, 0], unit[:, 1:] if self.k >= 2 else unit[:, :0]
+
+
+def _curve_arrays(
+    items: pd.DataFrame,
+    a: str,
+    b: str,
+    datasets: Sequence[str] | None,
+    folds: int,
+    seed: int,
+    estimand: str,
+) -> _Curves:
     sub = _select(items, a, b, datasets)
     sub = sub[sub["correct"].notna()]
     fold, k = _fold_of(sub, folds, seed)
@@ -745,27 +845,92 @@ def compute_ratio(
         which = [(starts[i], seeds[j]) for i, j in zip(*np.nonzero(bad), strict=True)]
         raise ValueError(
             f"runs (start, seed) {which} lack an eval of some dataset or a compute value at "
-            f"some budget fraction of {list(fractions)}; compute_ratio needs every eval"
+            f"some budget fraction of {list(fractions)}; {estimand} needs every eval"
         )
-    lr, never = _ratio_effects(s, n, np.nan_to_num(x), np.asarray(fractions, float), denominator)
-    lr = np.where(runs[..., None], lr, np.nan)
-    never = never & runs
     n_starts = int(runs.any(axis=1).sum())
     n_seeds = int(runs.sum(axis=1)[runs.any(axis=1)].min())
-    if n_starts >= 2:
-        with warnings.catch_warnings():  # a seed code absent from a start: an all-NaN slice
-            warnings.simplefilter("ignore", RuntimeWarning)
-            unit = np.nanmean(lr, axis=1)  # (U, K+1): mean over the start's seeds
-        unit = unit[runs.any(axis=1)]
-        censored = int(never.any(axis=1).sum())
-    else:
-        unit = lr[runs.any(axis=1)][0][runs[runs.any(axis=1)][0]]  # (R, K+1): seeds as units
-        censored = int(never.any())
-    e_del = unit[:, 1:] if k >= 2 else unit[:, :0]
+    return _Curves(s, n, x, list(fractions), runs, n_starts, n_seeds, k)
+
+
+# --- claim (b): the area under the accuracy-versus-compute curve --------------------------------
+
+
+def _trapezoid_weights(x: np.ndarray) -> np.ndarray:
+    """Weights along the last axis (evals) whose sum with a curve's values is its trapezoid mean
+    over [x first, x last]: the area divided by the span (one eval: weight 1)."""
+    if x.shape[-1] == 1:
+        return np.ones_like(x)
+    dx = np.diff(x, axis=-1)
+    zero = np.zeros(x.shape[:-1] + (1,))
+    w = 0.5 * (np.concatenate([zero, dx], axis=-1) + np.concatenate([dx, zero], axis=-1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return w / (x[..., -1:] - x[..., :1])
+
+
+def _area_effects(s: np.ndarray, n: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Per (unit, seed) area differences a - b, in full and with each item fold left out.
+
+    s: (..., U, R, 2, G, E, K) per fold the sum of scores (algorithm a first, then b), n: the
+    matching item counts, x: (..., U, R, 2, E) compute at each eval. Per run the accuracy at an
+    eval is the mean over datasets of the mean over items; its normalised area is the trapezoid
+    mean over the evals on the compute axis (x / budget, the budget the compute at the last eval
+    over its budget fraction: the normalisation cancels in the mean). Returns (..., U, R, K + 1)
+    (variant 0: all items).
+    """
+    with np.errstate(invalid="ignore", divide="ignore"):
+        full_s, full_n = s.sum(-1, keepdims=True), n.sum(-1, keepdims=True)
+        vs = np.concatenate([full_s, full_s - s], axis=-1)  # (..., 2, G, E, K+1)
+        vn = np.concatenate([full_n, full_n - n], axis=-1)
+        acc = (vs / vn).mean(axis=-3)  # (..., U, R, 2, E, K+1): mean over datasets
+    w = _trapezoid_weights(x)  # (..., U, R, 2, E)
+    area = (acc * w[..., None]).sum(axis=-2)  # (..., U, R, 2, K+1)
+    return area[..., 0, :] - area[..., 1, :]
+
+
+def area_difference(
+    items: pd.DataFrame,
+    a: str,
+    b: str,
+    datasets: Sequence[str] | None = None,
+    *,
+    confidence: float = 0.95,
+    reps: int | None = None,
+    seed: int = 0,
+    folds: int = FOLDS,
+) -> ClaimEstimate:
+    """Claim (b): the paired difference a - b of the normalised area under the accuracy-versus-
+    compute curve.
+
+    Per run, on ``datasets`` (default all; accuracy the mean over datasets of the mean over
+    items): the trapezoid mean of its accuracy over its evals, x the eval's compute (rollout
+    samples) over the budget, so that with the start eval at 0 and the last at the budget (as
+    the harness logs them) it is the run's mean accuracy over the budget. A curve that rises
+    early scores above one that reaches the same end later; no threshold, so nothing is
+    censored. Per start the mean over its seeds of a's area minus b's; the interval is the
+    linear estimands' (a t interval over starts plus the shared items' jackknife variance).
+    Every run needs every eval. ``reps`` is unused (the interval is analytic); ``seed`` deals
+    the item folds.
+    """
+    del reps
+    arr = _curve_arrays(items, a, b, datasets, folds, seed, "area_difference")
+    unit, e_del = arr.per_unit(_area_effects(arr.s, arr.n, np.nan_to_num(arr.x)))
     return _finish(
-        "compute_ratio", a, b, unit[:, 0], e_del, n_starts, n_seeds, confidence,
-        censored=censored, scale="log",
+        "area_difference", a, b, unit, e_del, arr.n_starts, arr.n_seeds, confidence
     )  # fmt: skip
+
+
+def area_intervals(
+    s: np.ndarray, n: np.ndarray, x: np.ndarray, *, confidence: float = 0.95
+) -> Intervals:
+    """:func:`area_difference` on arrays, batched over leading axes (the simulation's path).
+
+    s: (..., S, R, 2, G, E, K) per start, seed, algorithm (a, then b), dataset, eval and item
+    fold the sum of scores; n: the matching item counts; x: (..., S, R, 2, E) the compute at
+    each eval. Every (start, seed) must have every eval.
+    """
+    d = _area_effects(s, n, x).mean(axis=-2)  # (..., S, K+1): mean over the start's seeds
+    e_del = d[..., 1:] if d.shape[-1] > 2 else d[..., :0]
+    return _intervals(False, d[..., 0], e_del, confidence, 0)
 
 
 # --- multiplicity and the verdict --------------------------------------------------------------
@@ -794,9 +959,12 @@ def holm(
     """Holm-Bonferroni over a family of ``family_size`` hypotheses (default: those given).
 
     Hypotheses of the family missing here (``family_size`` > len(p_values)) count as p = 1,
-    as does a NaN p-value (a claim with no estimate): they rank last and are never rejected.
-    The rows come back in the order of ``p_values``. Step-down: sorted ascending, the j-th
-    (1-based) is tested at alpha / (m - j + 1), and testing stops at the first that fails.
+    as does a NaN p-value (a claim with no estimate, or one whose gates fail): untested, they
+    rank last and are never rejected. Ties are broken in favour of tested members (a tested
+    p = 1 ranks before an untested one, so the level it is shown at is the one it was tested
+    at), then by declaration order. The rows come back in the order of ``p_values``.
+    Step-down: sorted ascending, the j-th (1-based) is tested at alpha / (m - j + 1), and
+    testing stops at the first that fails.
     """
     if not (0 < alpha < 1):
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
@@ -806,8 +974,9 @@ def holm(
     m = len(p) if family_size is None else int(family_size)
     if m < len(p):
         raise ValueError(f"family_size={m} is smaller than the {len(p)} p-values given")
-    p = np.where(np.isnan(p), 1.0, p)
-    order = np.argsort(p, kind="stable")
+    untested = np.isnan(p)
+    p = np.where(untested, 1.0, p)
+    order = np.lexsort((np.arange(len(p)), untested, p))  # by p, tested first, then declared
     rank = np.empty(len(p), int)
     rank[order] = np.arange(1, len(p) + 1)
     alpha_adj = alpha / (m - rank + 1)
@@ -823,33 +992,119 @@ def holm(
     ]
 
 
-def verdict(
-    est: ClaimEstimate, alpha_adj: float, direction: str, *, rejected: bool | None = None
-) -> str:
-    """The verdict on "a beats b" from the interval at level 1 - alpha_adj.
+def _check_claim(est: ClaimEstimate, direction: str, margin: float | None) -> None:
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction must be one of {list(DIRECTIONS)}, got {direction!r}")
+    if margin is None:
+        if direction == "equivalent":
+            raise ValueError("direction 'equivalent' needs a margin > 0 (the estimand's units)")
+        return
+    if not (np.isfinite(margin) and margin > 0):
+        raise ValueError(f"margin must be a number > 0 (the estimand's units), got {margin!r}")
+    if est.estimand == "compute_ratio":
+        raise ValueError("compute_ratio takes no margin: its claims are superiority claims")
 
-    ``direction``: ``"greater"`` (the claim is effect > 0, or ratio > 1) or ``"less"`` (effect
-    < 0, or ratio < 1: e.g. "a needs less compute"). :data:`HOLDS` when the interval lies on the
-    claimed side of no effect, :data:`DOES_NOT_HOLD` when it lies on the other, else
-    :data:`NOT_RESOLVED`; an estimate over one start gets :data:`CONDITIONAL` instead.
 
-    ``rejected``: Holm's decision for this claim (:attr:`HolmRow.rejected`). Holm steps down and
-    stops at the first failure, so a later claim can have an interval at its own adjusted level
-    that excludes no effect and still not be rejected; ``rejected=False`` then gives
-    :data:`NOT_RESOLVED` whatever the interval says. Pass it whenever Holm ran.
+def _z(v: float, se: float) -> float:
+    if se > 0:
+        return v / se
+    return float(np.sign(v) * np.inf)
+
+
+def claim_p_value(est: ClaimEstimate, direction: str, margin: float | None = None) -> float:
+    """The p-value a claim enters Holm with: that of the point its decision turns on.
+
+    * no margin (superiority, ``"greater"``/``"less"``): the estimate's own test of no effect
+      (:attr:`ClaimEstimate.p_value`: two-sided; one-sided for a censored ratio);
+    * ``"greater"`` with margin m (non-inferiority, a >= b): the shifted null effect <= -m,
+      p = 2 P(T >= (effect + m) / se) (two one-sided tails at the Holm level, as the two-sided
+      interval is read), or, when the estimate lies below -m, the test of effect >= -m (the
+      claim does not hold): together 2 P(T >= |effect + m| / se); ``"less"`` mirrors it at +m;
+    * ``"equivalent"`` with margin m: the smaller of the two one-sided tests' p-value for
+      |effect| >= m (2 max(P(T >= (effect + m)/se), P(T <= (effect - m)/se))) and that for
+      |effect| <= m (the interval entirely outside [-m, m]).
+
+    So p <= alpha exactly when the interval at level 1 - alpha resolves the claim one way or
+    the other (:func:`verdict`). NaN when the estimate has no standard error.
     """
-    if direction not in _DIRECTIONS:
-        raise ValueError(f"direction must be one of {list(_DIRECTIONS)}, got {direction!r}")
+    _check_claim(est, direction, margin)
+    if margin is None:
+        return est.p_value
+    se, df, e = est.se, est.df, est.effect
+    if not (np.isfinite(se) and np.isfinite(df) and df > 0 and np.isfinite(e)):
+        return float("nan")
+    t = student_t
+    if direction == "equivalent":
+        inside = 2 * max(t.sf(_z(e + margin, se), df), t.cdf(_z(e - margin, se), df))
+        outside = 2 * min(t.sf(_z(e - margin, se), df), t.cdf(_z(e + margin, se), df))
+        return float(min(1.0, inside, outside))
+    point = -margin if direction == "greater" else margin
+    return float(min(1.0, 2 * t.sf(abs(_z(e - point, se)), df)))
+
+
+def resolved(text: str) -> bool:
+    """Whether a verdict's text resolves its claim (superior, non-inferior, equivalent, or does
+    not hold; with or without its margin)."""
+    return text.split(" (margin ")[0] in RESOLVED
+
+
+def verdict(
+    est: ClaimEstimate,
+    alpha_adj: float,
+    direction: str,
+    *,
+    margin: float | None = None,
+    rejected: bool | None = None,
+) -> str:
+    """The verdict on a claim from the interval at level 1 - alpha_adj (its Holm level).
+
+    ``direction``: ``"greater"`` (the claim is effect > 0, or ratio > 1; with a margin m,
+    non-inferiority: effect > -m), ``"less"`` (effect < 0, or ratio < 1: e.g. "a needs less
+    compute"; with a margin, effect < m) or ``"equivalent"`` (|effect| < m; needs a margin).
+    Reading the interval [lo, hi] for ``"greater"`` (``"less"`` mirrors it):
+
+    * :data:`SUPERIOR` when lo > 0;
+    * ``"non-inferior (margin m)"`` when -m < lo <= 0;
+    * ``"does not hold"`` when hi < 0 without a margin, ``"does not hold (margin m)"`` when
+      hi < -m;
+    * ``"not resolved at this power"`` (with its margin) otherwise.
+
+    ``"equivalent"``: ``"equivalent (margin m)"`` when -m < lo and hi < m (two one-sided tests
+    at the Holm level), ``"does not hold (margin m)"`` when the interval lies entirely outside
+    [-m, m], else not resolved. An estimate over one start gets :data:`CONDITIONAL`.
+
+    ``rejected``: Holm's decision for this claim (:attr:`HolmRow.rejected`, from
+    :func:`claim_p_value`). Holm steps down and stops at the first failure, so a later claim can
+    have an interval at its own adjusted level that resolves it and still not be rejected;
+    ``rejected=False`` then gives not resolved whatever the interval says. Pass it whenever Holm
+    ran.
+    """
+    _check_claim(est, direction, margin)
     if est.conditional:
         return CONDITIONAL
+    tag = "" if margin is None else f" (margin {margin:g})"
     if rejected is False:
-        return NOT_RESOLVED
+        return NOT_RESOLVED + tag
     lo, hi = est.interval(alpha_adj)
     if np.isnan(lo) or np.isnan(hi):
-        return NOT_RESOLVED
-    above, below = lo > est.null, hi < est.null
-    if (above and direction == "greater") or (below and direction == "less"):
-        return HOLDS
-    if above or below:
-        return DOES_NOT_HOLD
-    return NOT_RESOLVED
+        return NOT_RESOLVED + tag
+    null = est.null
+    if direction == "equivalent":
+        m = float(margin)  # type: ignore[arg-type]  # checked above
+        if -m < lo and hi < m:
+            return EQUIVALENT + tag
+        if lo > m or hi < -m:
+            return DOES_NOT_HOLD + tag
+        return NOT_RESOLVED + tag
+    m = 0.0 if margin is None else margin
+    if direction == "greater":
+        superior, non_inferior, against = lo > null, lo > null - m, hi < null - m
+    else:
+        superior, non_inferior, against = hi < null, hi < null + m, lo > null + m
+    if superior:
+        return SUPERIOR
+    if margin is not None and non_inferior:
+        return NON_INFERIOR + tag
+    if against:
+        return DOES_NOT_HOLD + tag
+    return NOT_RESOLVED + tag

@@ -24,8 +24,12 @@ The score of item i of group g for a run of algorithm x at budget fraction t is 
 The truth of each estimand is its expectation over starts, items and seeds
 (:func:`true_effect`): the start effect is integrated on a grid of its quantiles and the rest by
 Monte Carlo with common random numbers (error about 1e-4 on the accuracy scale).
-:func:`null_design` moves ``shift`` (final difference) or ``slope`` (horizon slope) so that the
-truth is 0.
+:func:`null_design` moves ``shift`` (final difference, area difference) or ``slope`` (horizon
+slope) so that the truth is 0.
+
+``python -m analysis.simulate`` prints the area difference's table in docs/statistics.md:
+coverage and null rejection at 3, 5 and 10 starts, and its power beside the compute ratio's
+where a reaches b's final accuracy twice as fast.
 """
 
 from __future__ import annotations
@@ -37,12 +41,20 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, stats
 
-from .protocol import ITEM_COLUMNS, Intervals, linear_intervals, ratio_intervals
+from .protocol import (
+    ITEM_COLUMNS,
+    Intervals,
+    area_intervals,
+    linear_intervals,
+    ratio_intervals,
+    reached_level,
+)
 
 __all__ = [
     "START_DISTS",
     "Design",
     "SimulationResult",
+    "area_table",
     "evaluate",
     "null_design",
     "simulate_items",
@@ -51,6 +63,8 @@ __all__ = [
 
 START_DISTS = ("normal", "gamma", "lognormal")
 _LINEAR = ("horizon_slope", "final_difference")
+#: Estimands with a truth from :func:`true_effect`.
+_TRUTHS = (*_LINEAR, "area_difference")
 
 
 @dataclass(frozen=True)
@@ -136,11 +150,14 @@ def true_effect(design: Design, estimand: str, scale: str = "accuracy") -> float
     """The estimand's expectation over starts, items and seeds under ``design``.
 
     ``horizon_slope`` / ``final_difference`` (accuracy scale; ``scale="logit"`` for the slope
-    of the groups' logit accuracies at their expected accuracies). Deterministic: the start
+    of the groups' logit accuracies at their expected accuracies); ``area_difference``: the
+    expected difference of the trapezoid mean accuracy over the evals. Deterministic: the start
     effect on 200 quantile midpoints, the rest on 4,000 common random draws per group.
     """
-    if estimand not in _LINEAR:
-        raise ValueError(f"true_effect knows {list(_LINEAR)}, got {estimand!r}")
+    if estimand not in _TRUTHS:
+        raise ValueError(f"true_effect knows {list(_TRUTHS)}, got {estimand!r}")
+    if estimand == "area_difference":
+        return _area_truth(design)
     rng = np.random.default_rng(12345)
     g = len(design.horizons)
     m = 4000
@@ -162,10 +179,35 @@ def true_effect(design: Design, estimand: str, scale: str = "accuracy") -> float
     return float((dh * d).sum() / (dh * dh).sum())
 
 
+def _area_truth(design: Design) -> float:
+    """The expected area difference: per eval, the expected accuracy of a minus b (as in
+    :func:`true_effect`, on the learning curves of :func:`_simulate`), weighted by the trapezoid
+    weights of the evals' budget fractions."""
+    from .protocol import _trapezoid_weights
+
+    rng = np.random.default_rng(12345)
+    g, m = len(design.horizons), 4000
+    z = _standard(design.start_dist, (np.arange(200) + 0.5) / 200)[:, None, None]  # (Z, 1, 1)
+    q = _group_means(design)[:, None] + design.difficulty_sd * rng.standard_normal((g, m))
+    u = design.offset_sd * rng.standard_normal((g, m))
+    c = design.alg_item_sd * rng.standard_normal((2, g, m))
+    e = design.seed_sd * rng.standard_normal((2, g, m))
+    dh = _centred(design)[:, None]
+    effect = design.shift + design.slope * dh + z * (design.start_sd + design.start_slope_sd * dh)
+    fractions = np.arange(1, design.evals + 1) / design.evals
+    diff = []
+    for t in fractions:
+        grow = _prog(t)
+        la = q + u + design.gain * (_prog(t / design.speed) - 1) + grow * (effect + c[0] + e[0])
+        lb = q + u + design.gain * (_prog(t) - 1) + grow * (c[1] + e[1])
+        diff.append(float((1 / (1 + np.exp(-la))).mean() - (1 / (1 + np.exp(-lb))).mean()))
+    return float((_trapezoid_weights(fractions) * np.asarray(diff)).sum())
+
+
 def null_design(design: Design, estimand: str) -> Design:
-    """``design`` with ``shift`` (final_difference) or ``slope`` (horizon_slope) moved so that
-    the estimand's truth is 0 (the other left as given)."""
-    field = "shift" if estimand == "final_difference" else "slope"
+    """``design`` with ``shift`` (final_difference, area_difference) or ``slope``
+    (horizon_slope) moved so that the estimand's truth is 0 (the other left as given)."""
+    field = "slope" if estimand == "horizon_slope" else "shift"
 
     def truth(v: float) -> float:
         return true_effect(replace(design, **{field: float(v)}), estimand)
@@ -258,7 +300,8 @@ def evaluate(
     ``truth``: the estimand's true value (default :func:`true_effect`; for ``compute_ratio``
     give it, e.g. 1 for a design where a and b are the same algorithm). ``folds=1`` drops the
     shared-item variance (a t interval over starts alone); ``method``/``reps``: the linear
-    estimands' interval (:func:`analysis.protocol.linear_intervals`).
+    estimands' interval (:func:`analysis.protocol.linear_intervals`). ``area_difference`` and
+    ``compute_ratio`` simulate whole learning curves (every eval).
     """
     rng = np.random.default_rng(seed)
     fold, k = _folds(design, folds)
@@ -275,22 +318,22 @@ def evaluate(
             truth = true_effect(design, estimand)
         null = 0.0
         width = np.median(est.hi - est.lo)
-    elif estimand == "compute_ratio":
-        if truth is None:
+    elif estimand in ("compute_ratio", "area_difference"):
+        if truth is None and estimand == "compute_ratio":
             raise ValueError("compute_ratio has no closed-form truth: pass truth=")
-        ya, yb, fractions = _simulate(design, n_suites, rng, curves=True)  # (B, S, R, G, I, E)
-        y = np.stack([ya, yb], axis=3)  # (B, S, R, 2, G, I, E)
-        s = _fold_sum(np.swapaxes(y, -1, -2), fold, k)  # (B, S, R, 2, G, E, K)
-        n = np.broadcast_to(_fold_sum(np.ones(design.items), fold, k), s.shape)
-        x = np.broadcast_to(
-            fractions * design.compute_per_eval * design.evals, s.shape[:4] + (design.evals,)
-        )
-        est = ratio_intervals(s, n, x, fractions, confidence=confidence)
-        null = 1.0
-        with np.errstate(divide="ignore"):
-            width = np.median(np.log(est.hi) - np.log(est.lo))
+        s, n, x, fractions = _curve_sums(design, n_suites, rng, fold, k)
+        if estimand == "compute_ratio":
+            est = ratio_intervals(s, n, x, fractions, confidence=confidence)
+            null = 1.0
+            with np.errstate(divide="ignore"):
+                width = np.median(np.log(est.hi) - np.log(est.lo))
+        else:
+            est = area_intervals(s, n, x, confidence=confidence)
+            truth = true_effect(design, estimand) if truth is None else truth
+            null = 0.0
+            width = np.median(est.hi - est.lo)
     else:
-        raise ValueError(f"estimand must be one of {[*_LINEAR, 'compute_ratio']}, got {estimand!r}")
+        raise ValueError(f"estimand must be one of {[*_TRUTHS, 'compute_ratio']}, got {estimand!r}")
     covered = (est.lo <= truth) & (truth <= est.hi)
     rejected = (est.lo > null) | (est.hi < null)
     result = SimulationResult(
@@ -304,6 +347,58 @@ def evaluate(
         confidence=confidence,
     )
     return result, est
+
+
+def _curve_sums(design: Design, n_suites: int, rng: np.random.Generator, fold, k: int):
+    """Whole learning curves as item-fold sums: s, n (B, S, R, 2, G, E, K), the compute x
+    (B, S, R, 2, E) and the evals' budget fractions."""
+    ya, yb, fractions = _simulate(design, n_suites, rng, curves=True)  # (B, S, R, G, I, E)
+    y = np.stack([ya, yb], axis=3)  # (B, S, R, 2, G, I, E)
+    s = _fold_sum(np.swapaxes(y, -1, -2), fold, k)  # (B, S, R, 2, G, E, K)
+    n = np.broadcast_to(_fold_sum(np.ones(design.items), fold, k), s.shape)
+    x = np.broadcast_to(
+        fractions * design.compute_per_eval * design.evals, s.shape[:4] + (design.evals,)
+    )
+    return s, n, x, fractions
+
+
+def area_table(suites: int = 2000, ratio_suites: int = 1000, seed: int = 0) -> list[str]:
+    """The area difference's coverage, null rejection and power, as Markdown table lines.
+
+    Per start-effect design (``normal``, ``gamma``, ``lognormal`` and ``items``, as
+    ``scripts/coverage_table.py``) and 3, 5 and 10 starts: coverage and rejection rate of the
+    protocol's interval at a design whose truth is 0 (:func:`null_design`), and at one where a
+    learns twice as fast (``speed=0.5``) and ends level with b (``shift`` moved so that the
+    final difference's truth is 0): the area's power there, its truth, and the compute ratio's
+    rejection rate on ``ratio_suites`` suites of the same design (two-sided, as Holm reads it).
+    """
+    designs = {
+        "normal": Design(start_dist="normal"),
+        "gamma": Design(start_dist="gamma"),
+        "lognormal": Design(start_dist="lognormal"),
+        "items": Design(start_sd=0.1, start_slope_sd=0.02, alg_item_sd=0.8),
+    }
+    lines = [
+        "| design | starts | coverage (null) | null rejection | printed level | coverage "
+        "(twice as fast) | power of the area (truth) | power of the compute ratio |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, base in designs.items():
+        for j, n_starts in enumerate((3, 5, 10)):
+            design = replace(base, n_starts=n_starts)
+            null = null_design(design, "area_difference")
+            fast = null_design(replace(design, speed=0.5), "final_difference")
+            cell = seed + 1000 * j + 7
+            t_null, _ = evaluate(null, "area_difference", suites, seed=cell)
+            t_fast, _ = evaluate(fast, "area_difference", suites, seed=cell + 1)
+            ratio, _ = evaluate(fast, "compute_ratio", ratio_suites, seed=cell + 1, truth=0.5)
+            level = reached_level(n_starts, 0.95, "area_difference")
+            lines.append(
+                f"| {name} | {n_starts} | {t_null.coverage:.3f} | {t_null.rejection:.3f} | "
+                f"{level:.2f} | {t_fast.coverage:.3f} | {t_fast.rejection:.3f} "
+                f"({t_fast.truth:+.3f}) | {ratio.rejection:.3f} |"
+            )
+    return lines
 
 
 def simulate_items(design: Design, seed: int = 0, a: str = "sppo", b: str = "grpo") -> pd.DataFrame:
@@ -333,3 +428,14 @@ def simulate_items(design: Design, seed: int = 0, a: str = "sppo", b: str = "grp
             )
         )
     return pd.concat(frames, ignore_index=True)[list(ITEM_COLUMNS)]
+
+
+if __name__ == "__main__":  # python -m analysis.simulate [suites] [ratio_suites]
+    import sys
+    import time
+
+    t0 = time.time()
+    args = [int(v) for v in sys.argv[1:3]]
+    for line in area_table(*args):
+        sys.stdout.write(line + "\n")
+    sys.stdout.write(f"\n{args or [2000, 1000]} suites; {time.time() - t0:.0f} s.\n")

@@ -12,6 +12,7 @@ improvement over seeds.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
 
@@ -43,19 +44,21 @@ from .curves import final_scores, score_dict
 from .gates import claim_datasets, evaluate_gates, untestable
 from .load import eval_points
 from .protocol import (
-    DOES_NOT_HOLD,
-    HOLDS,
     ClaimEstimate,
+    area_difference,
+    claim_p_value,
     compute_ratio,
     final_difference,
     holm,
     horizon_slope,
+    resolved,
     verdict,
 )
 from .stats import bootstrap_ci, improvement_estimates, interval_estimates
 
 __all__ = [
     "CLAIM_COLUMNS",
+    "NOT_REJECTABLE",
     "NOT_TESTED",
     "NO_VERDICT",
     "accuracy_table",
@@ -75,6 +78,8 @@ __all__ = [
 ]
 
 _MIB = 2.0**20
+
+logger = logging.getLogger(__name__)
 
 
 # --- accuracy (paper Table 1) --------------------------------------------------------------
@@ -569,6 +574,7 @@ CLAIM_COLUMNS = (
     "a",
     "b",
     "direction",
+    "margin",
     "datasets",
     "family",
     "family_size",
@@ -584,25 +590,36 @@ CLAIM_COLUMNS = (
     "hi_adj",
     "p_adj",
     "mde",
+    "mde_alpha",
     "conditional",
+    "censored",
     "verdict",
     "gates",
     "note",
+    "ratio",
+    "ratio_censored",
+    "ratio_starts",
 )
 #: The protocol's direction for each declared one (:data:`analysis.claims.DIRECTIONS`).
 _DIRECTION = {
     "a >= b": "greater",
+    "a > b": "greater",
     "a <= b": "less",
+    "a < b": "less",
+    "a ~= b": "equivalent",
     "a needs less compute": "less",
     "a needs more compute": "greater",
 }
 _ESTIMATORS = {
     "horizon_slope": horizon_slope,
+    "area_difference": area_difference,
     "compute_ratio": compute_ratio,
     "final_difference": final_difference,
 }
 NOT_TESTED = "not tested"
 NO_VERDICT = "no verdict: conditional on one start"
+#: How an untested member of a family (gates fail, no estimate) is shown in Holm's column.
+NOT_REJECTABLE = "p = 1, not rejectable"
 
 
 def claims_table(
@@ -618,11 +635,18 @@ def claims_table(
 
     A claim is estimated when both its algorithms have items on the datasets it uses; it gets a
     verdict when every gate passes (:func:`analysis.gates.evaluate_gates`), else ``verdict``
-    reads ``untestable on this testbed: ...``. Holm's adjustment runs per family over its
-    declared size: claims that are untestable, not estimated, or not in this store count as
-    p = 1; a claim Holm does not reject is not resolved whatever its own interval says. With one
+    reads ``untestable on this testbed: ...``. ``p_value`` is the claim's own test
+    (:func:`analysis.protocol.claim_p_value`: of no effect, or of the margin for a
+    non-inferiority or equivalence claim). Holm's adjustment runs per family over its declared
+    size: claims that are untestable, not estimated, or not in this store count as p = 1 and
+    rank after every tested member; a claim Holm does not reject is not resolved whatever its
+    own interval says. ``mde`` is the smallest detectable effect at the level the verdict is
+    read at, ``mde_alpha`` (``alpha_adj``; for an untested member, alpha over the family's
+    size: the most stringent level it could be read at). With one
     start (``conditional``) the intervals hold for that start and the verdict is
-    :data:`NO_VERDICT`.
+    :data:`NO_VERDICT`. An area claim carries the compute ratio of the same pair as a
+    description (``ratio``: the geometric mean over starts, a lower bound when
+    ``ratio_censored`` starts never reached the target; not tested).
     """
     rows: list[dict] = []
     estimates: list[ClaimEstimate | None] = []
@@ -636,9 +660,11 @@ def claims_table(
             a=c.a,
             b=c.b,
             direction=c.direction,
+            margin=float("nan") if c.margin is None else c.margin,
             family=c.family.name,
             family_size=c.family.size,
             conditional=False,
+            censored=0,
             gates="",
             note="",
         )
@@ -673,30 +699,54 @@ def claims_table(
                     lo=est.lo,
                     hi=est.hi,
                     level=est.level,
-                    p_value=est.p_value,
-                    mde=est.mde,
+                    p_value=claim_p_value(est, _DIRECTION[c.direction], c.margin),
                     conditional=est.conditional,
+                    censored=est.censored,
                 )
+                if c.estimand == "area_difference":
+                    row.update(_ratio_beside(items, c, used, seed))
                 row["verdict"] = untestable(gates)
                 if row["verdict"] is not None:
+                    row["mde_alpha"] = alpha / c.family.size
+                    row["mde"] = est.mde_at(row["mde_alpha"])
                     est = None  # untestable: no verdict, p = 1 in its family
         rows.append(row)
         estimates.append(est)
     for family in dict.fromkeys(c.family.name for c in claims):
         members = [i for i, c in enumerate(claims) if c.family.name == family]
-        p = [estimates[i].p_value if estimates[i] is not None else float("nan") for i in members]
+        p = [rows[i]["p_value"] if estimates[i] is not None else float("nan") for i in members]
         for i, h in zip(members, holm(p, alpha, claims[members[0]].family.size), strict=True):
             rows[i].update(alpha_adj=h.alpha_adj, p_adj=h.p_adj)
             est = estimates[i]
             if est is None:
                 continue
+            c = claims[i]
             rows[i]["lo_adj"], rows[i]["hi_adj"] = est.interval(h.alpha_adj)
+            rows[i]["mde"], rows[i]["mde_alpha"] = est.mde_at(h.alpha_adj), h.alpha_adj
             rows[i]["verdict"] = (
                 NO_VERDICT
                 if est.conditional
-                else verdict(est, h.alpha_adj, _DIRECTION[claims[i].direction], rejected=h.rejected)
+                else verdict(
+                    est,
+                    h.alpha_adj,
+                    _DIRECTION[c.direction],
+                    margin=c.margin,
+                    rejected=h.rejected,
+                )  # fmt: skip
             )
     return pd.DataFrame(rows, columns=list(CLAIM_COLUMNS))
+
+
+def _ratio_beside(items: pd.DataFrame, claim: Claim, used: list[str], seed: int) -> dict:
+    """The compute ratio of an area claim's pair, as a description: the rollouts a needs to
+    reach b's end-of-budget accuracy over b's (geometric mean over starts; a lower bound when
+    a start is censored). Empty when it cannot be estimated."""
+    try:
+        r = compute_ratio(items, claim.a, claim.b, used, seed=seed)
+    except ValueError as err:
+        logger.info("no compute ratio beside %s: %s", claim.name, err)
+        return {}
+    return {"ratio": r.effect, "ratio_censored": r.censored, "ratio_starts": r.n_starts}
 
 
 def _signed(v: float, ratio: bool) -> str:
@@ -711,9 +761,29 @@ def _span(lo: float, hi: float, ratio: bool) -> str:
     return f"[{_signed(lo, ratio)}, {_signed(hi, ratio)}]"
 
 
+def _ratio_point(value: float, censored: float) -> str:
+    """A compute ratio's point: "≥ 0.93×" when a start is censored (its value is then a lower
+    bound), else "0.93×"."""
+    text = f"{value:.3g}×"
+    return f"≥ {text}" if np.isfinite(censored) and censored > 0 else text
+
+
+def _effect_text(r: pd.Series) -> str:
+    if r["estimand"] == "compute_ratio" and np.isfinite(r["effect"]):
+        return _ratio_point(r["effect"], r["censored"])
+    return _signed(r["effect"], r["estimand"] == "compute_ratio")
+
+
+def _untested(r: pd.Series) -> bool:
+    """A member Holm counts as p = 1: no estimate, or gates that fail."""
+    return not (np.isfinite(r["lo_adj"]) or np.isfinite(r["hi_adj"])) and not r["conditional"]
+
+
 def format_claims_table(table: pd.DataFrame) -> pd.DataFrame:
-    """The verdict table as text: claim, starts x seeds, effect, interval (nominal, with the
-    level it reaches) and Holm-adjusted, verdict, smallest detectable effect, gates."""
+    """The verdict table as text: claim (with its margin), starts x seeds, effect (a censored
+    ratio as "≥ x×"), interval (nominal, with the level it reaches) and Holm-adjusted (an
+    untested member: "p = 1, not rejectable"), verdict, smallest detectable effect at the
+    Holm level, gates."""
     out = []
     for _, r in table.iterrows():
         ratio = r["estimand"] == "compute_ratio"
@@ -724,13 +794,20 @@ def format_claims_table(table: pd.DataFrame) -> pd.DataFrame:
         adjusted = _span(r["lo_adj"], r["hi_adj"], ratio)
         if adjusted != "–":
             adjusted += f" (α = {r['alpha_adj']:.4g}" + (", conditional)" if cond else ")")
+        elif _untested(r):
+            adjusted = NOT_REJECTABLE
         units = f"{int(r['n_starts'])} × {int(r['n_seeds'])}" if np.isfinite(r["n_starts"]) else "–"
-        mde = "–" if not np.isfinite(r["mde"]) else f"{r['mde']:.3g}" + (" (log)" if ratio else "")
+        mde = "–"
+        if np.isfinite(r["mde"]):
+            mde = f"{r['mde']:.3g}" + (" (log)" if ratio else "") + f" at α = {r['mde_alpha']:.4g}"
+        effect = _effect_text(r)
+        if np.isfinite(r["ratio"]):
+            effect += f"; ratio {_ratio_point(r['ratio'], r['ratio_censored'])} (descriptive)"
         out.append(
             {
                 "claim": f"{r['claim']}: {r['statement']}",
                 "starts × seeds": units,
-                "effect": _signed(r["effect"], ratio),
+                "effect": effect,
                 "interval": nominal,
                 "Holm-adjusted": adjusted,
                 "verdict": r["verdict"] + (f" ({r['note']})" if r["note"] else ""),
@@ -743,24 +820,41 @@ def format_claims_table(table: pd.DataFrame) -> pd.DataFrame:
 
 def describe_claims(table: pd.DataFrame) -> list[str]:
     """One sentence per row of :func:`claims_table`. A ratio is told as fewer or more compute
-    only when the verdict rests on an interval that excludes 1 (never with one start); a
-    difference is told as higher or lower only likewise."""
+    only when the verdict rests on an interval that excludes 1 (never with one start), and as
+    "≥ x×" when a start is censored; a difference is told as higher or lower only likewise.
+    Every margin claim's sentence names its margin (in the claim, and in the verdict); the
+    smallest detectable effect is the one at the claim's Holm level."""
     lines = []
     for _, r in table.iterrows():
         ratio = r["estimand"] == "compute_ratio"
         head = f"**{r['claim']}** (claim: {r['statement']}"
         head += f"; on {r['datasets']})" if isinstance(r["datasets"], str) else ")"
         if not np.isfinite(r["effect"]):
-            lines.append(f"- {head}: {r['verdict']}" + (f": {r['note']}" if r["note"] else "."))
+            holm_note = "; in Holm's family: " + NOT_REJECTABLE if np.isfinite(r["p_adj"]) else ""
+            lines.append(
+                f"- {head}: {r['verdict']}" + (f": {r['note']}" if r["note"] else "") + holm_note
+                + "."
+            )  # fmt: skip
             continue
         if ratio:
-            effect = f"{r['a']} needs {_signed(r['effect'], True)}× {r['b']}'s rollouts"
+            effect = (
+                f"{r['a']} needs {_ratio_point(r['effect'], r['censored'])} {r['b']}'s rollouts"
+            )
+            if r["censored"] > 0:
+                effect += (
+                    f" ({int(r['censored'])} censored start{'s' if r['censored'] > 1 else ''})"
+                )
         elif r["estimand"] == "horizon_slope":
             effect = f"slope of {r['a']} − {r['b']} per horizon step {_signed(r['effect'], False)}"
+        elif r["estimand"] == "area_difference":
+            effect = (
+                f"{r['a']} − {r['b']} in mean accuracy over the rollout budget (normalised area) "
+                f"{_signed(r['effect'], False)}"
+            )
         else:
             effect = f"final {r['a']} − {r['b']} {_signed(r['effect'], False)}"
-        resolved = r["verdict"] in (HOLDS, DOES_NOT_HOLD)
-        if ratio and resolved:
+        is_resolved = resolved(r["verdict"])
+        if ratio and is_resolved:
             effect += f" ({'fewer' if r['hi_adj'] < 1 else 'more'})"
         cond = " conditional on one start" if r["conditional"] else ""
         interval = (
@@ -768,22 +862,57 @@ def describe_claims(table: pd.DataFrame) -> list[str]:
             f"{int(r['n_starts'])} start{'s' if r['n_starts'] != 1 else ''} × "
             f"{int(r['n_seeds'])} seed{'s' if r['n_seeds'] != 1 else ''}"
         )
+        tested = np.isfinite(r["alpha_adj"]) and np.isfinite(r["lo_adj"])
         adjusted = (
             f"Holm-adjusted (α = {r['alpha_adj']:.4g} in family {r['family']} of "
             f"{int(r['family_size'])}): {_span(r['lo_adj'], r['hi_adj'], ratio)}"
-            if np.isfinite(r["alpha_adj"]) and np.isfinite(r["lo_adj"])
-            else f"not in family {r['family']}'s tests (counts as p = 1)"
+            if tested
+            else f"in family {r['family']}'s tests: {NOT_REJECTABLE}"
         )
-        if not resolved:
+        if not is_resolved and tested:
             adjusted += (
                 f"; it includes {1 if ratio else 0} (no difference)" if _covers(r, ratio) else ""
             )
-        mde = f"smallest detectable effect {r['mde']:.3g}" + (" (log ratio)" if ratio else "")
+        mde = _mde_text(r)
+        described = ""
+        if np.isfinite(r["ratio"]):
+            described = (
+                f" Descriptive, not tested: {r['a']} needs "
+                f"{_ratio_point(r['ratio'], r['ratio_censored'])} {r['b']}'s rollouts to reach "
+                f"{r['b']}'s end-of-budget accuracy (geometric mean over "
+                f"{int(r['ratio_starts'])} start{'s' if r['ratio_starts'] != 1 else ''}"
+                + (
+                    f"; {int(r['ratio_censored'])} censored: a lower bound)"
+                    if r["ratio_censored"] > 0
+                    else ")"
+                )
+                + "."
+            )
         lines.append(
             f"- {head}: {effect}; {interval}; {adjusted}: **{r['verdict']}**; {mde}. "
-            f"Gates: {r['gates'] or 'none declared'}."
+            f"Gates: {r['gates'] or 'none declared'}.{described}"
         )
     return lines
+
+
+def _mde_text(r: pd.Series) -> str:
+    """The smallest detectable effect at the level the verdict is read at; for a margin claim
+    also the effect at which its decision is reached with 80% power."""
+    if not np.isfinite(r["mde"]):
+        return "smallest detectable effect –"
+    ratio = r["estimand"] == "compute_ratio"
+    text = (
+        f"smallest detectable effect {r['mde']:.3g}" + (" (log ratio)" if ratio else "")
+        + f" at α = {r['mde_alpha']:.4g}"
+    )  # fmt: skip
+    m, mde = r["margin"], r["mde"]
+    if not np.isfinite(m):
+        return text
+    if r["direction"] == "a >= b":
+        return text + f" (non-inferior with 80% power at an effect of {mde - m:+.3f} or more)"
+    if r["direction"] == "a <= b":
+        return text + f" (non-inferior with 80% power at an effect of {m - mde:+.3f} or less)"
+    return text + f" (equivalence needs the interval inside ±{m:g})"
 
 
 def _covers(row: pd.Series, ratio: bool) -> bool:

@@ -1,14 +1,16 @@
-"""The ``claims:`` node: the shipped declarations parse, and every bad field fails validation
-before any compute, naming the field and what is allowed."""
+"""The ``claims:`` node: the shipped declarations parse (with their margins), and every bad field
+fails validation before any compute, naming the field and what is allowed; claims logged before
+margins existed are still read, as the superiority claims they were."""
 
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 
 from algorithms import ConfigError
-from analysis.claims import Family, parse_claims
+from analysis.claims import Family, claims_from_param, parse_claims
 from benchmarks.config import compose_config
 from benchmarks.suite.plan import validate
 
@@ -18,6 +20,7 @@ HORIZON = {
     "a": "sppo",
     "b": "ppo",
     "direction": "a >= b",
+    "margin": 0.01,
     "groups": "all",
     "family": {"name": "headline", "size": 4},
     "gates": {
@@ -31,12 +34,17 @@ HORIZON = {
 }
 
 
+#: The margins each shipped suite declares (docs/statistics.md, "Margins"): the slope's is about
+#: 5 accuracy points across the task's horizons, the area's 0.02 of mean accuracy.
+SHIPPED_MARGINS = {"default": 0.015, "claims": 0.005, "claims_chain_sum": 0.01}
+
+
 @pytest.mark.parametrize("suite", ["default", "claims", "claims_chain_sum"])
 def test_shipped_suites_declare_the_two_headline_claims_in_a_family_of_four(suite):
     plan = validate(compose_config([f"suite={suite}"]))
-    assert [(c.name, c.estimand, c.a, c.b) for c in plan.claims] == [
-        ("horizon", "horizon_slope", "sppo", "ppo"),
-        ("rollouts", "compute_ratio", "sppo", "grpo"),
+    assert [(c.name, c.estimand, c.a, c.b, c.direction, c.margin) for c in plan.claims] == [
+        ("horizon", "horizon_slope", "sppo", "ppo", "a >= b", SHIPPED_MARGINS[suite]),
+        ("rollouts", "area_difference", "sppo", "grpo", "a >= b", 0.02),
     ]
     assert {c.family for c in plan.claims} == {Family("headline", 4)}
     horizon = plan.claims[0].gates
@@ -67,7 +75,13 @@ def _with(path: str, value) -> list[dict]:
     ("path", "value", "message"),
     [
         ("estimand", "trend", "claims[0].estimand='trend': allowed: ['horizon_slope'"),
-        ("direction", "a > b", "claims[0].direction='a > b': allowed: ['a >= b', 'a <= b']"),
+        ("direction", "a >> b", "claims[0].direction='a >> b': allowed: ['a >= b', 'a <= b', "),
+        ("margin", ..., "claims[0].margin: missing; direction 'a >= b' (non-inferiority or "),
+        ("margin", None, "claims[0].margin: missing; direction 'a >= b'"),
+        ("margin", -0.01, "claims[0].margin=-0.01: must be a number > 0 (accuracy per horizon"),
+        ("margin", 0, "claims[0].margin=0: must be a number > 0"),
+        ("margin", "small", "claims[0].margin='small': must be a number"),
+        ("margin", float("inf"), "claims[0].margin=inf: must be a number > 0"),
         ("a", "nope", "claims[0].a='nope': allowed: ["),
         ("b", "sppo", "claims[0].b='sppo': must differ from a"),
         ("groups", ["arith_h9"], "claims[0].groups: 'arith_h9' is not an eval dataset"),
@@ -80,6 +94,7 @@ def _with(path: str, value) -> list[dict]:
         ("gates.final_min.nope", {"critic/calibration_pearson": 0.3}, "unknown algorithm"),
         ("name", ..., "claims[0].name: missing"),
         ("what", 1, "claims[0].what: unknown key; allowed: ['name', 'estimand'"),
+        ("estimand", "compute_ratio", "claims[0].direction='a >= b': allowed: ['a needs less"),
     ],
 )
 def test_a_bad_field_is_named_with_its_allowed_values(path, value, message):
@@ -87,6 +102,59 @@ def test_a_bad_field_is_named_with_its_allowed_values(path, value, message):
     with pytest.raises(ValueError) as err:
         parse_claims(node, algorithms=["sppo", "ppo", "grpo"], datasets=["arith", "arith_h1"])
     assert message in str(err.value)
+
+
+def test_a_margin_goes_only_with_non_inferiority_and_equivalence():
+    """a > b (superiority) and the compute ratio's directions take no margin; a ~= b needs one,
+    and a >= b, a <= b, a ~= b parse with theirs (sentence included)."""
+    bad = [
+        ({"direction": "a > b"}, "claims[0].margin=0.01: direction 'a > b' takes no margin; a "
+                                 "margin goes with ['a >= b', 'a <= b', 'a ~= b']"),
+        ({"estimand": "compute_ratio", "direction": "a needs less compute"},
+         "claims[0].margin=0.01: direction 'a needs less compute' takes no margin "
+         "(compute_ratio takes none)"),
+        ({"direction": "a ~= b", "margin": None}, "claims[0].margin: missing; direction 'a ~= b'"),
+    ]  # fmt: skip
+    for change, message in bad:
+        with pytest.raises(ValueError) as err:
+            parse_claims([{**HORIZON, **change}])
+        assert message in str(err.value)
+    for direction, rel in (("a >= b", ">="), ("a <= b", "<="), ("a ~= b", "~=")):
+        (c,) = parse_claims([{**HORIZON, "direction": direction, "margin": 0.02}])
+        assert c.margin == 0.02
+        assert c.sentence == (
+            f"sppo {rel} ppo as the horizon grows (margin 0.02 accuracy per horizon step)"
+        )
+    area = {**HORIZON, "estimand": "area_difference", "b": "grpo", "gates": None}
+    (c,) = parse_claims([area])
+    assert c.sentence == (
+        "sppo >= grpo in mean accuracy over the rollout budget (margin 0.01 mean accuracy over "
+        "the budget)"
+    )
+    (c,) = parse_claims(
+        [{k: v for k, v in HORIZON.items() if k != "margin"} | {"direction": "a > b"}]
+    )
+    assert c.margin is None and c.sentence == "sppo > ppo as the horizon grows"
+
+
+def test_claims_logged_before_margins_are_read_as_superiority_claims():
+    """A run's ``claims`` param from before margins (a >= b without one, a compute ratio) is
+    read as declared, never given a margin after the run: its sentence says it is tested as
+    a > b. A new declaration without the margin is refused."""
+    old = [
+        {k: v for k, v in HORIZON.items() if k != "margin"},
+        {**{k: v for k, v in HORIZON.items() if k not in ("margin", "gates")}, "name": "rollouts",
+         "estimand": "compute_ratio", "b": "grpo", "direction": "a needs less compute"},
+    ]  # fmt: skip
+    horizon, rollouts = claims_from_param(json.dumps(old))
+    assert horizon.margin is None and rollouts.margin is None
+    assert horizon.sentence == (
+        "sppo >= ppo as the horizon grows (declared without a margin: tested as sppo > ppo)"
+    )
+    assert rollouts.sentence == "sppo reaches grpo's accuracy with fewer rollouts"
+    with pytest.raises(ValueError, match=r"claims\[0\].margin: missing"):
+        parse_claims(old)
+    assert claims_from_param(None) is None
 
 
 def test_a_family_has_one_size_that_counts_every_member():
@@ -110,6 +178,9 @@ def test_the_plan_rejects_a_bad_claim_before_any_compute(tmp_path):
     assert not any(tmp_path.iterdir())  # nothing was built
     cfg = compose_config(["claims.1.groups=[arith_h7]"])
     with pytest.raises(ConfigError, match="allowed: .*'arith_h4'"):
+        validate(cfg)
+    cfg = compose_config(["~claims.0.margin"])
+    with pytest.raises(ConfigError, match=r"claims\[0\].margin: missing; direction 'a >= b'"):
         validate(cfg)
 
 

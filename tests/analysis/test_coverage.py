@@ -10,6 +10,12 @@ passes it with probability below 0.2%. The null rejection rate is held to alpha 
 errors (0.05 + 0.016): a one-sided 1% Monte Carlo allowance over the level's alpha. The compute
 ratio simulates whole learning curves (eight evals), so it runs N_RATIO = 400 suites, with the
 same one-sided 1% allowance at that count: 0.05 + 2.33 x 1.09 points.
+
+The area difference (claim (b)'s primary estimand) simulates whole curves too; it runs N = 1000
+suites a cell, with the linear estimands' bands around its printed level (0.94 at 3 starts, 0.95
+at 5 and 10): the null rejection rate at most 1 - level + 2.33 standard errors (6.6% at 5 and 10
+starts), and where a learns twice as fast and ends level with b, more power than the compute
+ratio's, whose power falls as starts are added.
 """
 
 from __future__ import annotations
@@ -60,3 +66,34 @@ def test_compute_ratio_null_rejection(n_starts):
     power, _ = evaluate(fast, "compute_ratio", N_RATIO, seed=n_starts, truth=0.5)
     assert null.rejection <= RATIO_BOUND, null
     assert power.rejection > RATIO_BOUND, power
+
+
+@pytest.mark.slow  # about a minute on 2 loaded cores: six designs of 1,000 whole-curve suites
+@pytest.mark.parametrize("dist", ["normal", "gamma"])
+@pytest.mark.parametrize("n_starts", [3, 5, 10])
+def test_area_difference_coverage_and_null_rejection(n_starts, dist):
+    design = Design(n_starts=n_starts, start_dist=dist)
+    null, _ = evaluate(null_design(design, "area_difference"), "area_difference", N, seed=n_starts)
+    level = reached_level(n_starts, 0.95, "area_difference")
+    assert abs(null.truth) < 1e-6
+    assert abs(null.coverage - level) <= 0.02, null
+    assert null.rejection <= 1 - level + 2.33 * SE, null
+    # a twice as fast, ending level with b (the final difference's truth 0): the area's truth
+    # is about +0.03, covered as printed
+    fast = null_design(replace(design, speed=0.5), "final_difference")
+    effect, _ = evaluate(fast, "area_difference", N, seed=100 + n_starts)
+    assert effect.truth > 0.02
+    assert abs(effect.coverage - level) <= 0.025, effect
+
+
+@pytest.mark.parametrize("n_starts", [5, 10])
+def test_the_area_has_power_where_the_compute_ratio_loses_it(n_starts):
+    """a learns twice as fast and ends level with b: the compute ratio is censored in most
+    suites and rejects at most at the null rate (less with more starts); the area's test rejects
+    more often, and more often with more starts."""
+    design = null_design(replace(Design(n_starts=n_starts), speed=0.5), "final_difference")
+    area, _ = evaluate(design, "area_difference", N_RATIO, seed=200 + n_starts)
+    ratio, _ = evaluate(design, "compute_ratio", N_RATIO, seed=200 + n_starts, truth=0.5)
+    assert ratio.rejection <= RATIO_BOUND, ratio
+    assert area.rejection > RATIO_BOUND, area
+    assert area.rejection > 2 * ratio.rejection

@@ -30,12 +30,14 @@ def _claims(**gates):
         "a": "sppo",
         "b": "ppo",
         "direction": "a >= b",
+        "margin": 0.01,
         "groups": "all",
         "family": {"name": "headline", "size": 4},
         "gates": gates,
     }
     ratio = {**base, "name": "rollouts", "estimand": "compute_ratio", "b": "grpo"}
     ratio["direction"] = "a needs less compute"
+    del ratio["margin"]
     return parse_claims([base, ratio])
 
 

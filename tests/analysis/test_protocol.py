@@ -1,6 +1,8 @@
 """The verdict protocol (analysis/protocol.py) on item tables whose answer is worked by hand:
-the estimands, the t interval with the shared-item variance, censoring, Holm's step-down
-adjustment and the verdict rule. Coverage on simulated suites is tests/analysis/test_coverage.py.
+the estimands (the area under the accuracy-versus-compute curve among them), the t interval with
+the shared-item variance, censoring, Holm's step-down adjustment and its ties, the margin claims'
+p-values (non-inferiority, equivalence by two one-sided tests) and the verdict rule. Coverage on
+simulated suites is tests/analysis/test_coverage.py.
 """
 
 from __future__ import annotations
@@ -15,16 +17,21 @@ from scipy import stats
 from analysis.protocol import (
     CONDITIONAL,
     DOES_NOT_HOLD,
-    HOLDS,
+    EQUIVALENT,
     ITEM_COLUMNS,
+    NON_INFERIOR,
     NOT_RESOLVED,
+    SUPERIOR,
     ClaimEstimate,
+    area_difference,
+    claim_p_value,
     compute_ratio,
     final_difference,
     final_items,
     holm,
     horizon_slope,
     linear_intervals,
+    resolved,
     verdict,
 )
 from analysis.simulate import Design, simulate_items
@@ -190,7 +197,89 @@ def test_compute_ratio_interpolates_and_censors():
     logs = np.log(est.per_start)
     tstat = logs.mean() / stats.sem(logs)
     assert est.p_value == pytest.approx(min(1.0, 2 * stats.t.sf(tstat, 2)), abs=TOL)
-    assert verdict(est, 0.05, "less") != HOLDS
+    assert verdict(est, 0.05, "less") != SUPERIOR
+
+
+# --- claim (b)'s primary estimand: the normalised area under the curve -----------------------
+
+
+def _curves_at(curves: dict, fractions, compute, items: int = 10) -> pd.DataFrame:
+    """{(start, seed, algorithm): [accuracy at each eval]} -> item table at the given budget
+    fractions and compute, the first round(acc * items) items correct."""
+    rows = []
+    for (start, seed, algo), accs in curves.items():
+        for f, x, acc in zip(fractions, compute, accs, strict=True):
+            for i in range(items):
+                rows.append((start, seed, algo, "d", np.nan, f"i{i}", f, x,
+                             float(i < round(acc * items))))  # fmt: skip
+    return pd.DataFrame(rows, columns=list(ITEM_COLUMNS))
+
+
+def test_area_difference_is_the_trapezoid_mean_over_the_budget_hand_worked():
+    """Evals at fractions 0, 0.25, 1 of a 2,000-rollout budget (compute 0, 500, 2000: unevenly
+    spaced, so the eval index is not the axis). Start 1: a 0, 0.4, 0.8: trapezoid
+    (500 x 0.2 + 1500 x 0.6) / 2000 = 0.5; b 0, 0.2, 0.8: (500 x 0.1 + 1500 x 0.5) / 2000 =
+    0.4; difference +0.1 (a rises earlier to the same end). Start 2: a 0.2, 0.2, 0.6: (500 x 0.2
+    + 1500 x 0.4) / 2000 = 0.35; b 0.2, 0.4, 0.6: (500 x 0.3 + 1500 x 0.5) / 2000 = 0.45;
+    difference -0.1. Start 3 has two seeds, differences +0.1 and 0 (a == b): mean +0.05."""
+    fr, x = (0.0, 0.25, 1.0), (0.0, 500.0, 2000.0)
+    items = _curves_at({
+        ("s1", 1, "a"): [0.0, 0.4, 0.8], ("s1", 1, "b"): [0.0, 0.2, 0.8],
+        ("s2", 2, "a"): [0.2, 0.2, 0.6], ("s2", 2, "b"): [0.2, 0.4, 0.6],
+        ("s3", 3, "a"): [0.0, 0.4, 0.8], ("s3", 3, "b"): [0.0, 0.2, 0.8],
+        ("s3", 4, "a"): [0.2, 0.2, 0.6], ("s3", 4, "b"): [0.2, 0.2, 0.6],
+    }, fr, x)  # fmt: skip
+    est = area_difference(items, "a", "b", folds=1)
+    np.testing.assert_allclose(est.per_start, [0.1, -0.1, 0.05], atol=TOL)
+    assert est.effect == pytest.approx(0.05 / 3, abs=TOL)
+    assert (est.n_starts, est.n_seeds, est.censored, est.null) == (3, 1, 0, 0.0)
+    lo, hi = stats.t.interval(0.95, 2, loc=0.05 / 3, scale=stats.sem([0.1, -0.1, 0.05]))
+    assert (est.lo, est.hi) == (pytest.approx(lo, abs=TOL), pytest.approx(hi, abs=TOL))
+    # the final difference of the same table is 0 at every start: only the area sees the speed
+    assert final_difference(items, "a", "b", folds=1).per_start == pytest.approx((0, 0, 0))
+
+
+def test_area_without_an_eval_at_zero_is_the_mean_over_the_evals_span():
+    """Evals at 0.25 ... 1 (compute 250 ... 1000), a linear 0.2, 0.4, 0.6, 0.8: mean 0.5 over
+    [250, 1000]; b 0.2, 0.2, 0.6, 0.6: (0.2 + 0.4 + 0.6) x 250 / 750 = 0.4."""
+    items = _curves({
+        ("s1", 1, "a"): [0.2, 0.4, 0.6, 0.8], ("s1", 1, "b"): [0.2, 0.2, 0.6, 0.6],
+        ("s2", 2, "a"): [0.2, 0.4, 0.6, 0.8], ("s2", 2, "b"): [0.2, 0.4, 0.6, 0.8],
+    })  # fmt: skip
+    est = area_difference(items, "a", "b", folds=1)
+    np.testing.assert_allclose(est.per_start, [0.1, 0.0], atol=TOL)
+
+
+def test_area_difference_matches_a_loop_over_runs():
+    """A simulated suite of 4 starts x 2 seeds, three groups: per run the mean over datasets of
+    the item means at each eval, numpy's trapezoid over compute divided by the span, then per
+    start the mean over seeds of a - b (the vectorised path, item folds and all)."""
+    items = simulate_items(Design(n_starts=4, n_seeds=2, horizons=(1, 2, 3), items=12, evals=5,
+                                  speed=0.6), seed=8)  # fmt: skip
+    est = area_difference(items, "sppo", "grpo")
+    per_start = []
+    for _, st in items.groupby("start", sort=True):
+        diffs = []
+        for _, run in st.groupby("seed"):
+            area = {}
+            for algo, sub in run.groupby("algorithm"):
+                acc = sub.groupby(["budget_fraction", "dataset"])["correct"].mean()
+                acc = acc.groupby(level=0).mean()
+                x = sub.groupby("budget_fraction")["compute"].first().loc[acc.index].to_numpy()
+                area[algo] = np.trapezoid(acc.to_numpy(), x) / (x[-1] - x[0])
+            diffs.append(area["sppo"] - area["grpo"])
+        per_start.append(np.mean(diffs))
+    np.testing.assert_allclose(est.per_start, per_start, atol=TOL)
+    assert est.effect == pytest.approx(np.mean(per_start), abs=TOL)
+    # the shared items' variance widens the interval beyond the spread over starts
+    assert est.se >= area_difference(items, "sppo", "grpo", folds=1).se
+
+
+def test_area_needs_every_eval():
+    items = _curves({("s1", 1, "a"): [0.2, 0.4, 0.6, 0.8], ("s1", 1, "b"): [0.2, 0.2, 0.6, 0.6]})
+    items = items[~((items["algorithm"] == "a") & (items["budget_fraction"] == 0.5))]
+    with pytest.raises(ValueError, match="area_difference needs every eval"):
+        area_difference(items, "a", "b")
 
 
 def test_isotonic_fit_matches_pool_adjacent_violators():
@@ -217,7 +306,7 @@ def test_isotonic_fit_matches_pool_adjacent_violators():
 
 def test_one_start_is_conditional_over_its_seeds_and_gets_no_verdict():
     items = simulate_items(Design(n_starts=1, n_seeds=4, shift=2.0), seed=5)
-    for f in (horizon_slope, final_difference, compute_ratio):
+    for f in (horizon_slope, final_difference, compute_ratio, area_difference):
         est = f(items, "sppo", "grpo")
         assert est.conditional and est.n_starts == 1 and est.n_seeds == 4
         assert np.isfinite(est.lo) and np.isfinite(est.se)
@@ -248,6 +337,20 @@ def test_holm_hand_worked_family():
     assert [r.rejected for r in rows] == [True, False, False, True]
 
 
+def test_holm_breaks_ties_in_favour_of_tested_members():
+    """An untested member (NaN: gates failed) declared first and a tested one with p = 1 (e.g.
+    a censored ratio's one-sided p): the tested one ranks first and is shown at alpha / m, the
+    level it is tested at; the untested one ranks last. Equal tested p-values keep declaration
+    order."""
+    rows = holm([float("nan"), 1.0], alpha=0.05, family_size=4)
+    assert [r.rank for r in rows] == [2, 1]
+    np.testing.assert_allclose([r.alpha_adj for r in rows], [0.05 / 3, 0.05 / 4])
+    assert not any(r.rejected for r in rows)
+    rows = holm([float("nan"), 0.3, float("nan"), 0.3, 0.001])
+    assert [r.rank for r in rows] == [4, 2, 5, 3, 1]
+    assert [r.rejected for r in rows] == [False, False, False, False, True]
+
+
 def test_holm_counts_the_absent_members_of_the_family():
     """The same four in a family of 6: thresholds 0.05/6, /5, /4, /3. 0.005 <= 0.00833 and
     0.01 <= 0.01 are rejected, 0.03 > 0.0125 stops the test. Adjusted: 0.03, 0.05,
@@ -275,12 +378,12 @@ def test_verdict_uses_the_interval_at_the_adjusted_level():
     half95 = stats.t.ppf(0.975, 4)
     est = _estimate(0.1, 0.1 + 2 * half95 * 0.04, 0.04)  # centre 0.1 + 1.96.. se: excludes 0
     assert est.lo > 0
-    assert verdict(est, 0.05, "greater") == HOLDS
+    assert verdict(est, 0.05, "greater") == SUPERIOR
     assert verdict(est, 0.05, "less") == DOES_NOT_HOLD
     assert verdict(est, 0.001, "greater") == NOT_RESOLVED  # wider at the adjusted level
     # Holm stopped before this claim: not rejected, although its own interval excludes 0
     assert verdict(est, 0.05, "greater", rejected=False) == NOT_RESOLVED
-    assert verdict(est, 0.05, "greater", rejected=True) == HOLDS
+    assert verdict(est, 0.05, "greater", rejected=True) == SUPERIOR
     assert verdict(_estimate(-0.1, 0.1, 0.04, n_starts=1), 0.05, "greater") == CONDITIONAL
     with pytest.raises(ValueError, match="direction"):
         verdict(est, 0.05, "up")
@@ -306,3 +409,102 @@ def test_bad_input_names_the_field():
 def test_final_items_takes_each_runs_largest_fraction():
     items = _curves({("s", 1, "a"): [0.1, 0.2, 0.3, 0.4], ("s", 1, "b"): [0.1, 0.2, 0.3, 0.4]})
     assert set(final_items(items)["budget_fraction"]) == {1.0}
+
+
+def test_smallest_detectable_effect_at_the_holm_level():
+    """mde_at(alpha) = (t(1 - alpha/2) + t(0.8)) x se at the interval's df: the nominal mde at
+    0.05, and 1.41 times larger at a Holm level of 0.0125 over 4 degrees of freedom."""
+    est = _estimate(-0.05, 0.05, 0.02)
+    assert est.mde_at(0.05) == pytest.approx((stats.t.ppf(0.975, 4) + stats.t.ppf(0.8, 4)) * 0.02)
+    at_holm = est.mde_at(0.0125)
+    assert at_holm == pytest.approx((stats.t.ppf(1 - 0.00625, 4) + stats.t.ppf(0.8, 4)) * 0.02)
+    assert at_holm / est.mde_at(0.05) == pytest.approx(1.414, abs=1e-3)  # 4 degrees of freedom
+
+
+# --- margins: non-inferiority and equivalence ------------------------------------------------
+
+
+def _at(centre: float, half: float, alpha: float = 0.05, df: float = 4.0, **kw) -> ClaimEstimate:
+    """An estimate whose interval at level 1 - alpha is centre +- half."""
+    se = half / stats.t.ppf(1 - alpha / 2, df)
+    return _estimate(centre - half, centre + half, se, **kw)
+
+
+@pytest.mark.parametrize(
+    ("centre", "half", "direction", "expected"),
+    [
+        # a >= b with margin 0.02: the interval [lo, hi] against 0 and -0.02
+        (0.05, 0.03, "greater", SUPERIOR),  # [+0.02, +0.08]
+        (0.00, 0.01, "greater", f"{NON_INFERIOR} (margin 0.02)"),  # [-0.01, +0.01]
+        (-0.06, 0.03, "greater", f"{DOES_NOT_HOLD} (margin 0.02)"),  # [-0.09, -0.03]
+        (-0.005, 0.01, "greater", f"{NON_INFERIOR} (margin 0.02)"),  # [-0.015, +0.005]
+        (-0.02, 0.01, "greater", f"{NOT_RESOLVED} (margin 0.02)"),  # straddles -0.02
+        (0.00, 0.05, "greater", f"{NOT_RESOLVED} (margin 0.02)"),  # straddles both
+        # a <= b mirrors it at +0.02
+        (-0.05, 0.03, "less", SUPERIOR),
+        (0.00, 0.01, "less", f"{NON_INFERIOR} (margin 0.02)"),
+        (0.06, 0.03, "less", f"{DOES_NOT_HOLD} (margin 0.02)"),
+        # a ~= b with margin 0.02: inside, outside, straddling
+        (0.00, 0.015, "equivalent", f"{EQUIVALENT} (margin 0.02)"),
+        (0.05, 0.02, "equivalent", f"{DOES_NOT_HOLD} (margin 0.02)"),
+        (-0.05, 0.02, "equivalent", f"{DOES_NOT_HOLD} (margin 0.02)"),
+        (0.01, 0.02, "equivalent", f"{NOT_RESOLVED} (margin 0.02)"),
+        (0.05, 0.02, "greater", SUPERIOR),  # superior is also non-inferior: the stronger verdict
+    ],
+)
+def test_each_margin_verdict_is_reached_from_a_constructed_interval(
+    centre, half, direction, expected
+):
+    est = _at(centre, half)
+    assert verdict(est, 0.05, direction, margin=0.02) == expected
+    # Holm rejects the claim exactly when its interval at that level resolves it
+    p = claim_p_value(est, direction, 0.02)
+    assert (p <= 0.05) == resolved(expected), p
+
+
+def test_without_a_margin_a_tie_never_supports_at_least_as_good():
+    """The superiority reading ("a > b"): an interval around 0, however narrow, is not
+    resolved; with a margin it is non-inferior."""
+    tie = _at(0.0, 0.001)
+    assert verdict(tie, 0.05, "greater") == NOT_RESOLVED
+    assert verdict(tie, 0.05, "greater", margin=0.01) == f"{NON_INFERIOR} (margin 0.01)"
+
+
+def test_margin_p_values_by_hand():
+    """effect 0.01, se 0.01, df 4, margin 0.02. Non-inferiority: the shifted null effect <= -0.02,
+    t = 3, p = 2 P(T4 >= 3). Equivalence (two one-sided tests): max(P(T >= 3), P(T <= -1)) =
+    P(T <= -1), doubled; the 'outside' test: min(P(T >= -1), P(T <= 3)) doubled, capped at 1."""
+    est = _estimate(0.01 - 0.0277, 0.01 + 0.0277, 0.01)
+    assert est.effect == pytest.approx(0.01)
+    assert claim_p_value(est, "greater", 0.02) == pytest.approx(2 * stats.t.sf(3, 4))
+    assert claim_p_value(est, "less", 0.02) == pytest.approx(2 * stats.t.sf(1, 4))
+    assert claim_p_value(est, "equivalent", 0.02) == pytest.approx(2 * stats.t.cdf(-1, 4))
+    assert claim_p_value(est, "greater") == est.p_value  # superiority: the estimate's own test
+    below = _estimate(-0.05 - 0.0277, -0.05 + 0.0277, 0.01)  # effect -0.05: below -m
+    assert claim_p_value(below, "greater", 0.02) == pytest.approx(2 * stats.t.sf(3, 4))
+
+
+def test_margin_p_value_and_verdict_agree_at_any_level():
+    """Over random estimates, margins and Holm levels: p <= alpha exactly when the verdict at
+    alpha resolves the claim (so Holm's decision and the printed verdict never disagree)."""
+    rng = np.random.default_rng(11)
+    for _ in range(2000):
+        est = _estimate(0.0, 0.0, float(rng.uniform(0.001, 0.05)))
+        est = ClaimEstimate(**{**est.__dict__, "effect": float(rng.normal(0, 0.05)),
+                               "df": float(rng.uniform(2, 40))})  # fmt: skip
+        alpha = float(rng.choice([0.05, 0.025, 0.0167, 0.0125]))
+        direction = str(rng.choice(["greater", "less", "equivalent"]))
+        margin = float(rng.uniform(0.005, 0.05))
+        p = claim_p_value(est, direction, margin)
+        assert (p <= alpha) == resolved(verdict(est, alpha, direction, margin=margin))
+
+
+def test_margins_are_refused_where_they_mean_nothing():
+    est = _at(0.0, 0.01)
+    with pytest.raises(ValueError, match="'equivalent' needs a margin"):
+        verdict(est, 0.05, "equivalent")
+    with pytest.raises(ValueError, match="margin must be a number > 0"):
+        claim_p_value(est, "greater", -0.01)
+    ratio = _estimate(0.5, 0.9, 0.1, estimand="compute_ratio")
+    with pytest.raises(ValueError, match="compute_ratio takes no margin"):
+        verdict(ratio, 0.05, "less", margin=0.1)

@@ -306,16 +306,22 @@ def _tidy_of(items: pd.DataFrame) -> pd.DataFrame:
     return df.assign(task="arith", model="tiny")
 
 
-def _claims(**gates):
+def _claims(rollouts: str = "area", **gates):
+    """The two headline claims as shipped (the horizon slope and the area, non-inferiority with
+    margins), or with ``rollouts="ratio"`` claim (b) on the compute ratio."""
     from analysis.claims import parse_claims
 
     common = {"groups": "all", "family": {"name": "headline", "size": 4}, "gates": gates}
+    second = (
+        {"estimand": "area_difference", "direction": "a >= b", "margin": 0.02}
+        if rollouts == "area"
+        else {"estimand": "compute_ratio", "direction": "a needs less compute"}
+    )
     return parse_claims(
         [
             {"name": "horizon", "estimand": "horizon_slope", "a": "sppo", "b": "ppo",
-             "direction": "a >= b", **common},
-            {"name": "rollouts", "estimand": "compute_ratio", "a": "sppo", "b": "grpo",
-             "direction": "a needs less compute", **common},
+             "direction": "a >= b", "margin": 0.01, **common},
+            {"name": "rollouts", "a": "sppo", "b": "grpo", **second, **common},
         ]
     )  # fmt: skip
 
@@ -326,7 +332,7 @@ def _claims_text(text: str) -> str:
 
 def test_one_shared_start_gives_conditional_intervals_and_no_verdict(tmp_path: Path) -> None:
     from analysis import write_report
-    from analysis.protocol import DOES_NOT_HOLD, HOLDS, NOT_RESOLVED
+    from analysis.protocol import DOES_NOT_HOLD, NOT_RESOLVED, SUPERIOR
     from analysis.tables import NO_VERDICT
 
     items = _suite_items(n_starts=1, n_seeds=3)
@@ -340,7 +346,7 @@ def test_one_shared_start_gives_conditional_intervals_and_no_verdict(tmp_path: P
     for b in bullets:
         assert "conditional on one start over 1 start × 3 seeds" in b
         assert f"**{NO_VERDICT}**" in b
-        assert f"**{HOLDS}**" not in b and f"**{DOES_NOT_HOLD}**" not in b
+        assert f"**{SUPERIOR}**" not in b and f"**{DOES_NOT_HOLD}**" not in b
         assert f"**{NOT_RESOLVED}**" not in b
         result = b.split("): ", 1)[1]  # after the claim's own statement
         assert " fewer" not in result and " more " not in result
@@ -385,8 +391,8 @@ def test_a_failing_gate_reads_untestable_and_counts_as_p_one(tmp_path: Path) -> 
     gated = parse_claims(
         [
             {"name": "horizon", "estimand": "horizon_slope", "a": "sppo", "b": "ppo",
-             "direction": "a >= b", "groups": "all", "family": {"name": "headline", "size": 4},
-             "gates": {"start_max": 0.0}},
+             "direction": "a >= b", "margin": 0.01, "groups": "all",
+             "family": {"name": "headline", "size": 4}, "gates": {"start_max": 0.0}},
         ]
     )[0]  # fmt: skip
     text = write_report(
@@ -402,9 +408,11 @@ def test_a_failing_gate_reads_untestable_and_counts_as_p_one(tmp_path: Path) -> 
     from analysis.protocol import holm
 
     assert np.isnan(table.loc[0, "lo_adj"]) and table.loc[0, "p_adj"] == 1.0
-    rows = holm([1.0, table.loc[1, "p_value"]], 0.05, family_size=4)
-    assert table.loc[1, "alpha_adj"] == rows[1].alpha_adj
+    rows = holm([float("nan"), table.loc[1, "p_value"]], 0.05, family_size=4)
+    assert table.loc[1, "alpha_adj"] == rows[1].alpha_adj == 0.05 / 4  # ranks first
     assert table.loc[1, "p_adj"] == rows[1].p_adj
+    assert "p = 1, not rejectable" in (tmp_path / "r" / "claims.md").read_text()
+    assert "in family headline's tests: p = 1, not rejectable" in _claims_text(text)
 
 
 def test_the_report_on_the_micro_suite_store_reads_claims_and_items(micro_suite, by_run_id):
@@ -413,7 +421,10 @@ def test_the_report_on_the_micro_suite_store_reads_claims_and_items(micro_suite,
     section = _claims_text(text)
     # the runs' declared claims (config.yaml's two), from their params
     assert "**horizon** (claim: sppo >= ppo as the horizon grows" in section
-    assert "**rollouts** (claim: sppo reaches grpo's accuracy with fewer rollouts" in section
+    assert (
+        "**rollouts** (claim: sppo >= grpo in mean accuracy over the rollout budget (margin 0.02"
+        in section
+    )
     table = pd.read_csv(out / "claims.csv")
     assert list(table["claim"]) == ["horizon", "rollouts"]
     # one horizon: no slope; one shared start: the ratio is conditional, no verdict
@@ -425,9 +436,9 @@ def test_the_report_on_the_micro_suite_store_reads_claims_and_items(micro_suite,
 
 def test_a_resolved_claim_gets_a_verdict_and_only_then_fewer(tmp_path: Path) -> None:
     """Ten starts where sppo is ahead of its baseline at every horizon, more so the longer, and
-    learns on 0.4 of its time scale: both claims hold under Holm, and the ratio's sentence says
-    fewer."""
-    from analysis.protocol import HOLDS
+    learns on 0.4 of its time scale: both claims are superior under Holm (the area claim with
+    the compute ratio beside it, as a description), and on the ratio the sentence says fewer."""
+    from analysis.protocol import SUPERIOR
     from analysis.simulate import Design, simulate_items
     from analysis.tables import claims_table, describe_claims
 
@@ -438,8 +449,14 @@ def test_a_resolved_claim_gets_a_verdict_and_only_then_fewer(tmp_path: Path) -> 
     two = simulate_items(design, seed=5, a="sppo", b="grpo")
     items = pd.concat([one, two[two["algorithm"] == "grpo"]], ignore_index=True)
     table = claims_table(_claims(), items)
-    assert list(table["verdict"]) == [HOLDS, HOLDS], table[["claim", "lo_adj", "hi_adj"]]
+    assert list(table["verdict"]) == [SUPERIOR, SUPERIOR], table[["claim", "lo_adj", "hi_adj"]]
+    assert table.loc[1, "lo_adj"] > 0 and table.loc[1, "ratio"] < 1
+    horizon, area = describe_claims(table)
+    assert "**superior**" in horizon and "conditional" not in horizon
+    assert "(margin 0.01 accuracy per horizon step)" in horizon
+    assert "Descriptive, not tested: sppo needs " in area and "(fewer)" not in area
+    table = claims_table(_claims(rollouts="ratio"), items)
+    assert list(table["verdict"]) == [SUPERIOR, SUPERIOR], table[["claim", "lo_adj", "hi_adj"]]
     assert table.loc[1, "hi_adj"] < 1
-    horizon, rollouts = describe_claims(table)
+    _, rollouts = describe_claims(table)
     assert "(fewer)" in rollouts and "includes 1" not in rollouts
-    assert "**holds**" in horizon and "conditional" not in horizon
