@@ -347,4 +347,7 @@ def test_describe_compute_to_target_with_a_zero_lower_bound() -> None:
     table = pd.DataFrame([{**row, "algorithm": "sppo"}, {**row, "algorithm": "grpo"}])
     (line,) = describe_compute_to_target(table)
     assert line.startswith("sppo needs 2.00x more rollout tokens than grpo")
-    assert line.endswith("95% paired interval over 5 seeds: 1.25x to unbounded).")
+    assert line.endswith(
+        "paired interval over 5 seeds, per-seed bootstrap, coverage about 90% in simulation, "
+        "not 95%: 1.25x to unbounded)."
+    )

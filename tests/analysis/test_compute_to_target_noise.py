@@ -56,7 +56,11 @@ def test_a_consistent_win_is_told_with_its_interval() -> None:
     assert 1 < row["ratio_lo"] <= row["ratio_paired"] <= row["ratio_hi"]
     (line,) = text
     assert line.startswith("sppo reaches 0.64 accuracy on arith (grpo's final) with 2.02x fewer")
-    assert "rollout samples than grpo (95% paired interval over 5 seeds: " in line
+    assert (
+        "rollout samples than grpo (paired interval over 5 seeds, per-seed bootstrap, coverage "
+        "about 90% in simulation, not 95%: " in line
+    )
+    assert row["interval"] == "per-seed bootstrap, coverage about 90% in simulation, not 95%"
 
 
 def test_a_ratio_within_noise_is_not_told_as_a_win() -> None:
@@ -76,13 +80,14 @@ def test_a_consistent_loss_is_told_as_more() -> None:
     assert row["ratio_hi"] < 1 and bool(row["resolved"])
     (line,) = text
     assert line.startswith("sppo needs 1.38x more rollout samples than grpo to reach")
-    assert "(95% paired interval over 5 seeds: " in line
+    assert "(paired interval over 5 seeds, per-seed bootstrap, coverage about 90% in " in line
+    assert "95% paired" not in line
     # The same consistent loss over 4 seeds: an interval, but no verdict (as analysis.verdicts).
     row4, text4 = _grpo_row(_points({0: 1.3, 1: 1.4, 2: 1.35, 3: 1.45}))
     assert row4["ratio_hi"] < 1 and not bool(row4["resolved"])
     (line4,) = text4
     assert line4.startswith("not resolved at this power (a verdict needs 5 seeds)")
-    assert "x more" not in line4 and "95% paired interval over 4 seeds: " in line4
+    assert "x more" not in line4 and "paired interval over 4 seeds, per-seed bootstrap" in line4
 
 
 def test_a_seed_that_never_reaches_leaves_the_ratio_unresolved() -> None:
@@ -98,6 +103,7 @@ def test_a_seed_that_never_reaches_leaves_the_ratio_unresolved() -> None:
 def test_one_seed_has_no_interval_and_is_marked_not_resolved() -> None:
     row, text = _grpo_row(_points({0: 0.5}))
     assert row["n_seeds"] == 1 and np.isnan(row["ratio_lo"]) and not bool(row["resolved"])
+    assert row["interval"] == ""
     assert text == [
         "not resolved (no interval: one curve per algorithm): on the mean curves sppo reaches "
         "0.6 accuracy on arith (grpo's final) with 2.00x fewer rollout samples than grpo."
