@@ -316,8 +316,9 @@ def write_report(
                 "Compute to target (exploratory)",
                 "Compute at which the mean over seeds first reaches the target (default: the best "
                 "final accuracy among the baselines), interpolated linearly between eval points. "
-                "A ratio is told as fewer or more only when its 95% paired bootstrap interval over "
-                "seeds (each seed's curves, the target baseline's final of that seed) excludes 1 "
+                "A ratio is told as fewer or more only when its paired bootstrap interval over "
+                "seeds (each seed's curves, the target baseline's final of that seed; nominal 95%, "
+                "coverage about 90% in simulation) excludes 1 "
                 "(`resolved` in the table); a seed whose curve never reaches the target counts "
                 "at the compute it spent for one end of the interval and as infinite for the other.",
                 *[f"- {s}" for s in sentences],
