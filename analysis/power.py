@@ -28,12 +28,25 @@ pilot's (the effect the campaign would see if the pilot is right) and, for a mar
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+import pandas as pd
 from scipy.stats import t as student_t
 
-__all__ = ["PowerPlan", "power_at", "starts_needed", "variance_components"]
+if TYPE_CHECKING:
+    from .claims import Claim
+
+__all__ = [
+    "PowerPlan",
+    "margin_at",
+    "power_at",
+    "power_table",
+    "starts_needed",
+    "variance_components",
+]
 
 #: Power a plan asks for.
 TARGET_POWER = 0.8
@@ -159,3 +172,97 @@ def starts_needed(
     )
     needed = next((s for s, p in zip(grid, power, strict=True) if p >= TARGET_POWER), None)
     return PowerPlan(true, sigma, v_items, alpha, margin, direction, grid, power, needed)
+
+
+#: How each declared direction is simulated: the effect's sign (``a <= b`` and ``a < b`` are
+#: ``b >= a`` and ``b > a`` mirrored) and the rule.
+_POWER_DIRECTION = {
+    "a >= b": (1.0, ">="),
+    "a <= b": (-1.0, ">="),
+    "a ~= b": (1.0, "~="),
+    "a > b": (1.0, ">"),
+    "a < b": (-1.0, ">"),
+}
+
+
+def margin_at(starts: int, sigma_start: float, v_items: float, alpha: float) -> float:
+    """The smallest margin ``starts`` starts resolve with power 0.8 for level algorithms (normal
+    approximation with t quantiles): a one-sided bound at alpha/2 must clear it."""
+    df = starts - 1
+    q = student_t.ppf(1 - alpha / 2, df) + student_t.ppf(TARGET_POWER, df)
+    return float(q * np.sqrt(sigma_start**2 / starts + v_items))
+
+
+def power_table(
+    claims: Sequence[Claim],
+    items: pd.DataFrame,
+    *,
+    alpha: float = 0.05,
+    max_starts: int = 40,
+    cap: int = 10,
+    suites: int = 4000,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Every declared claim's pilot estimate and the starts it needs, at the pilot's effect and,
+    for a margin claim, at no difference (the case "at least as good" must be able to show).
+
+    Each claim is read at alpha over its family's size (Holm's most stringent level for it).
+    ``margin_at_cap`` is the smallest margin ``cap`` starts resolve with power 0.8 when the
+    algorithms are level, (t(1 - alpha/2) + t(0.8)) x sqrt(sigma^2 / cap + V_items) with
+    ``cap - 1`` degrees of freedom: the margin to declare when the starts are capped.
+    A compute ratio is censored, so its power is not simulated: the row says so (claim (b)'s
+    primary estimand is the area).
+    """
+    from .tables import estimate_claim
+
+    rows = []
+    for c in claims:
+        row = {
+            "claim": c.name,
+            "estimand": c.estimand,
+            "direction": c.direction,
+            "margin": float("nan") if c.margin is None else c.margin,
+            "alpha": alpha / c.family.size,
+        }
+        if c.direction not in _POWER_DIRECTION:
+            rows.append({**row, "note": "a censored compute ratio: power not simulated"})
+            continue
+        try:
+            est = estimate_claim(c, items, seed=seed)
+            sign, rule = _POWER_DIRECTION[c.direction]
+            per_start = sign * np.asarray(est.per_start, float)
+            pilot = starts_needed(
+                per_start, est.se, alpha=row["alpha"], margin=c.margin, direction=rule,
+                max_starts=max_starts, suites=suites, seed=seed,
+            )  # fmt: skip
+        except ValueError as err:
+            rows.append({**row, "note": str(err)})
+            continue
+        row.update(
+            pilot_starts=est.n_starts,
+            effect=est.effect,
+            sigma_start=pilot.sigma_start,
+            v_items=pilot.v_items,
+            needed=pilot.needed,
+            power_at_10=pilot.power[pilot.starts.index(10)] if 10 in pilot.starts else np.nan,
+            margin_at_cap=margin_at(cap, pilot.sigma_start, pilot.v_items, row["alpha"]),
+            note="",
+        )
+        if c.margin is not None:
+            level = starts_needed(
+                per_start, est.se, alpha=row["alpha"], margin=c.margin, direction=rule,
+                effect=0.0, max_starts=max_starts, suites=suites, seed=seed,
+            )  # fmt: skip
+            row.update(
+                needed_if_level=level.needed,
+                power_at_10_if_level=level.power[level.starts.index(10)]
+                if 10 in level.starts
+                else np.nan,
+            )
+        rows.append(row)
+    columns = [
+        "claim", "estimand", "direction", "margin", "alpha", "pilot_starts", "effect",
+        "sigma_start", "v_items", "needed", "power_at_10", "needed_if_level",
+        "power_at_10_if_level", "margin_at_cap", "note",
+    ]  # fmt: skip
+    return pd.DataFrame(rows).reindex(columns=columns)

@@ -64,6 +64,7 @@ __all__ = [
     "accuracy_table",
     "claims_table",
     "describe_claims",
+    "estimate_claim",
     "format_claims_table",
     "format_accuracy_table",
     "format_number",
@@ -622,6 +623,24 @@ NO_VERDICT = "no verdict: conditional on one start"
 NOT_REJECTABLE = "p = 1, not rejectable"
 
 
+def estimate_claim(claim: Claim, items: pd.DataFrame, *, seed: int = 0) -> ClaimEstimate:
+    """One claim's estimate over starts on the datasets it uses (no gates, no Holm): what the
+    verdict table and `sppo-bench power` both start from.
+
+    Raises:
+        ValueError: the claim's groups select too few datasets, or the item table cannot pair
+            its algorithms.
+    """
+    used = claim_datasets(claim, items)
+    need = 2 if claim.estimand == "horizon_slope" else 1
+    if len(used) < need:
+        raise ValueError(
+            f"groups={claim.groups!r} selects {used or 'no datasets'}; {claim.estimand} "
+            f"needs {'two or more groups with distinct horizons' if need == 2 else 'one'}"
+        )
+    return _ESTIMATORS[claim.estimand](items, claim.a, claim.b, used, seed=seed)
+
+
 def claims_table(
     claims: Sequence[Claim],
     items: pd.DataFrame,
@@ -681,14 +700,8 @@ def claims_table(
             row["datasets"] = ", ".join(used)
             gates = evaluate_gates(c, items, df)
             row["gates"] = "; ".join(f"{g.text} {'ok' if g.passes else 'FAIL'}" for g in gates)
-            need = 2 if c.estimand == "horizon_slope" else 1
             try:
-                if len(used) < need:
-                    raise ValueError(
-                        f"groups={c.groups!r} selects {used or 'no datasets'}; {c.estimand} "
-                        f"needs {'two or more groups with distinct horizons' if need == 2 else 'one'}"
-                    )
-                est = _ESTIMATORS[c.estimand](items, c.a, c.b, used, seed=seed)
+                est = estimate_claim(c, items, seed=seed)
             except ValueError as err:
                 row["verdict"], row["note"] = NOT_TESTED, str(err)
             else:

@@ -13,6 +13,8 @@
                                               a suite's runs as a results set (Parquet + manifest)
     sppo-bench import DIR [DIR ...] --tracking-uri URI
                                               a results set's runs back into an MLflow store
+    sppo-bench power --results DIR [DIR ...] [--suite NAME]
+                                              the starts each declared claim needs (simulated)
     sppo-bench sweep SPEC [--trials N] [--workers W] [--storage URL] [--resume]
     sppo-bench bench [--quick] [--out PATH]   engine/trainer speed vs the CPU's GEMM ceiling and TRL
     sppo-bench memory [--config FILE] [--set key=value ...]
@@ -350,6 +352,59 @@ def _cmd_export(argv: list[str]) -> int:
     return 0
 
 
+def _cmd_power(argv: list[str]) -> int:
+    from omegaconf import OmegaConf
+
+    from analysis import to_markdown
+    from analysis.claims import parse_claims
+    from analysis.power import TARGET_POWER, power_table
+    from analysis.results import ResultsError, read_results
+
+    p = argparse.ArgumentParser(
+        prog="sppo-bench power",
+        description="The independent starts each declared claim needs to resolve at its margin "
+        "and Holm level with power 0.8, simulated from a pilot's variance components.",
+    )
+    p.add_argument("--results", nargs="+", required=True, metavar="DIR", help="the pilot")
+    p.add_argument(
+        "--suite",
+        default=None,
+        help="read the claims from this suite's config as it is now (default: those the pilot's "
+        "runs declared); for a campaign whose claims changed since its pilot",
+    )
+    p.add_argument("--max-starts", type=int, default=40)
+    p.add_argument(
+        "--cap", type=int, default=10, help="starts a campaign can afford (margin_at_cap)"
+    )
+    p.add_argument("--out", default=None, help="also write the table as CSV here")
+    a = p.parse_args(argv)
+    try:
+        rs = read_results(a.results)
+        if a.suite:
+            node = compose_config([f"suite={a.suite}"]).claims
+            claims = parse_claims(OmegaConf.to_container(node, resolve=True))
+        else:
+            claims = rs.claims()
+    except (ResultsError, ValueError) as e:
+        sys.stderr.write(f"sppo-bench power: {e}\n")
+        return 2
+    if not claims:
+        sys.stderr.write("sppo-bench power: the pilot declared no claims; name --suite\n")
+        return 2
+    table = power_table(claims, rs.items, max_starts=a.max_starts, cap=a.cap)
+    source = f"suite={a.suite}'s config" if a.suite else "the pilot's runs"
+    sys.stdout.write(
+        f"Pilot: {rs.suite}, {len(rs.starts)} starts ({', '.join(rs.starts)}); claims from "
+        f"{source}. needed: the fewest starts with power >= {TARGET_POWER} at the pilot's effect "
+        "(_if_level: at no difference), empty when none up to --max-starts reaches it; "
+        f"margin_at_cap: the smallest margin {a.cap} starts resolve for level algorithms.\n\n"
+    )
+    sys.stdout.write(to_markdown(table) + "\n")
+    if a.out:
+        table.to_csv(a.out, index=False)
+    return 0
+
+
 def _cmd_import(argv: list[str]) -> int:
     from analysis.results import ResultsError, import_results, read_results
 
@@ -399,6 +454,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _cmd_export(rest)
     if cmd == "import":
         return _cmd_import(rest)
+    if cmd == "power":
+        return _cmd_power(rest)
     if cmd == "sweep":
         from sweeps.cli import main as sweep_main
 
@@ -420,7 +477,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     sys.stderr.write(
         f"sppo-bench: unknown command {cmd!r}; allowed: run, eval, algorithms, report, export, "
-        "import, sweep, bench, memory\n"
+        "import, power, sweep, bench, memory\n"
     )
     return 2
 

@@ -80,3 +80,38 @@ def test_equivalence_needs_the_interval_inside_both_margins() -> None:
     assert tost.needed is not None and tost.needed > non_inferior.needed
     with pytest.raises(ValueError, match="direction"):
         power_at(5, effect=0, sigma_start=1, v_items=0, alpha=0.05, margin=0.1, direction="<")
+
+
+def test_margin_at_cap_is_what_the_cap_resolves_for_level_algorithms() -> None:
+    from analysis.power import margin_at
+
+    m = margin_at(10, sigma_start=1.0, v_items=0.0, alpha=0.05)
+    # At that margin, 10 starts of level algorithms resolve non-inferiority about 80% of the time.
+    p = power_at(10, effect=0.0, sigma_start=1.0, v_items=0.0, alpha=0.05, margin=m,
+                 direction=">=", suites=8000)  # fmt: skip
+    assert 0.75 <= p <= 0.86
+    assert margin_at(10, 1.0, 0.04, 0.05) > m  # shared item variance widens it
+
+
+def test_power_command_on_the_committed_pilot(capsys) -> None:
+    """`sppo-bench power` on the committed claims_chain_sum shards, with the claims as the suite
+    declares them now: one row per claim, read at alpha over the family's size."""
+    from benchmarks.cli import main
+    from testkit.paths import REPO
+
+    pilot = REPO / "results" / "claims_chain_sum"
+    assert main(["power", "--results", str(pilot), "--suite", "claims_chain_sum",
+                 "--max-starts", "12"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| horizon") or
+            line.startswith("| rollouts")]  # fmt: skip
+    assert len(rows) == 2
+    assert "| horizon_slope | a >= b | 0.01 | 0.0125 |" in rows[0]
+    assert "| area_difference | a >= b | 0.02 | 0.0125 |" in rows[1]
+
+
+def test_power_command_refuses_a_missing_pilot(tmp_path, capsys) -> None:
+    from benchmarks.cli import main
+
+    assert main(["power", "--results", str(tmp_path / "none")]) == 2
+    assert "no such folder" in capsys.readouterr().err
