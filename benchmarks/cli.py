@@ -399,7 +399,10 @@ def _cmd_power(argv: list[str]) -> int:
         "(_if_level: at no difference), empty when none up to --max-starts reaches it; "
         f"margin_at_cap: the smallest margin {a.cap} starts resolve for level algorithms.\n\n"
     )
-    sys.stdout.write(to_markdown(table) + "\n")
+    shown = table.copy()
+    for column in shown.select_dtypes("float").columns:
+        shown[column] = shown[column].map(lambda v: "–" if v != v else f"{v:.3g}")
+    sys.stdout.write(to_markdown(shown) + "\n")
     if a.out:
         table.to_csv(a.out, index=False)
     return 0
