@@ -56,12 +56,15 @@ from benchmarks.telemetry.metrics import (
 )
 
 from ._common import MLFLOW_PARENT_TAG, RUN_COLUMNS, local_artifact_dir
-from .calibration import CALIBRATION_ARTIFACT
+from .calibration import CALIBRATION_ARTIFACT, load_calibration
 from .claims import CLAIMS_PARAM, Claim, claims_from_param
 from .load import (
     CONTAINER_ROLES,
     eval_points,
+    load_items,
     run_frame,
+    run_histories,
+    select_runs,
     tidy_frame,
     typed_runs,
 )
@@ -215,8 +218,6 @@ def results_from_store(
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from .load import run_histories, select_runs
-
     client = MlflowClient(tracking_uri=tracking_uri)
     where = f"experiment {experiment!r}" if experiment else f"runs {list(parent_run_ids)}"
     if not parent_run_ids and experiment is None:
@@ -238,9 +239,6 @@ def results_from_store(
     history = run_histories(client, runs)
     tidy = tidy_frame(history, _training(meta))
     tidy.attrs["tracking_uri"] = tracking_uri
-    from .calibration import load_calibration
-    from .load import load_items
-
     items = load_items(tidy, tracking_uri)
     calibration = load_calibration(tidy, tracking_uri)
     params = _kv({r.info.run_id: r.data.params for r in runs})
