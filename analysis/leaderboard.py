@@ -237,8 +237,8 @@ def format_leaderboard(table: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
     out = pd.DataFrame(
         {
             "algorithm": table["algorithm"],
-            "starts × runs": [
-                f"{s} × {r}" for s, r in zip(table["starts"], table["runs"], strict=True)
+            "starts / runs": [
+                f"{s} / {r}" for s, r in zip(table["starts"], table["runs"], strict=True)
             ],
             "final": [cell(r, "final", f) for _, r in table.iterrows()],
             "IQM": [cell(r, "iqm", f) for _, r in table.iterrows()],

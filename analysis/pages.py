@@ -60,6 +60,7 @@ SUITE_CONF = Path(__file__).resolve().parents[1] / "benchmarks" / "conf" / "suit
 #: The report's tables the page shows after the claims, in order: (file stem, section title).
 #: A table the report did not write (no horizon groups, no second algorithm) is left out.
 TABLES: tuple[tuple[str, str], ...] = (
+    ("leaderboard", "Leaderboard (exploratory)"),
     ("accuracy", "Final accuracy"),
     ("summary", "Suite summary"),
     ("iqm", "IQM and mean"),
