@@ -97,6 +97,7 @@ __all__ = [
     "ratio_intervals",
     "reached_level",
     "resolved",
+    "trapezoid_weights",
     "verdict",
 ]
 
@@ -855,7 +856,7 @@ def _curve_arrays(
 # --- claim (b): the area under the accuracy-versus-compute curve --------------------------------
 
 
-def _trapezoid_weights(x: np.ndarray) -> np.ndarray:
+def trapezoid_weights(x: np.ndarray) -> np.ndarray:
     """Weights along the last axis (evals) whose sum with a curve's values is its trapezoid mean
     over [x first, x last]: the area divided by the span (one eval: weight 1)."""
     if x.shape[-1] == 1:
@@ -882,7 +883,7 @@ def _area_effects(s: np.ndarray, n: np.ndarray, x: np.ndarray) -> np.ndarray:
         vs = np.concatenate([full_s, full_s - s], axis=-1)  # (..., 2, G, E, K+1)
         vn = np.concatenate([full_n, full_n - n], axis=-1)
         acc = (vs / vn).mean(axis=-3)  # (..., U, R, 2, E, K+1): mean over datasets
-    w = _trapezoid_weights(x)  # (..., U, R, 2, E)
+    w = trapezoid_weights(x)  # (..., U, R, 2, E)
     area = (acc * w[..., None]).sum(axis=-2)  # (..., U, R, 2, K+1)
     return area[..., 0, :] - area[..., 1, :]
 

@@ -183,7 +183,7 @@ def _area_truth(design: Design) -> float:
     """The expected area difference: per eval, the expected accuracy of a minus b (as in
     :func:`true_effect`, on the learning curves of :func:`_simulate`), weighted by the trapezoid
     weights of the evals' budget fractions."""
-    from .protocol import _trapezoid_weights
+    from .protocol import trapezoid_weights
 
     rng = np.random.default_rng(12345)
     g, m = len(design.horizons), 4000
@@ -201,7 +201,7 @@ def _area_truth(design: Design) -> float:
         la = q + u + design.gain * (_prog(t / design.speed) - 1) + grow * (effect + c[0] + e[0])
         lb = q + u + design.gain * (_prog(t) - 1) + grow * (c[1] + e[1])
         diff.append(float((1 / (1 + np.exp(-la))).mean() - (1 / (1 + np.exp(-lb))).mean()))
-    return float((_trapezoid_weights(fractions) * np.asarray(diff)).sum())
+    return float((trapezoid_weights(fractions) * np.asarray(diff)).sum())
 
 
 def null_design(design: Design, estimand: str) -> Design:

@@ -16,8 +16,8 @@ from benchmarks.cli import main
     ("overrides", "expected"),
     [
         (["trainer.nonsense=1"], ["trainer.nonsense"]),
-        (["algorithm=[sppo,nosuch]"], ["algorithm/nosuch", "sppo", "grpo"]),
-        (["budget=nosuch"], ["budget/nosuch", "samples", "flops"]),
+        (["algorithm=[sppo,nosuch]"], ["algorithm=nosuch", "no such option", "sppo", "grpo"]),
+        (["budget=nosuch"], ["budget=nosuch", "no such option", "samples", "flops"]),
         (["budget.limit=-5"], ["budget.limit=-5.0", "> 0"]),
         (["budget.kind=joules"], ["budget.kind", "joules", "rollout_tokens"]),
         (["algorithm.grpo.params.group_size=1"], ["group_size", ">= 2"]),
@@ -47,7 +47,7 @@ def test_bad_config_fails_before_any_work(overrides, expected, tmp_path, monkeyp
 
 def test_unknown_command(capsys):
     assert main(["frobnicate"]) == 2
-    assert "run, eval, algorithms, report, sweep" in capsys.readouterr().err
+    assert "run, eval, algorithms, report, export, import, power, sweep" in capsys.readouterr().err
 
 
 def test_algorithms_lists_every_field_with_help(capsys):
