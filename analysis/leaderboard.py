@@ -256,6 +256,7 @@ def format_leaderboard(table: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
 
 
 def leaderboard_datasets(points: pd.DataFrame) -> Sequence[str]:
-    """The whole tasks among the eval sets (not their groups, ``arith_h4``)."""
+    """The whole tasks among the eval sets (not their groups, ``arith_h4``): what is ranked,
+    fitted and drawn on one panel each."""
     names = set(points["dataset"].unique())
     return sorted(d for d in names if not any(d.startswith(f"{e}_") for e in names))

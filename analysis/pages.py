@@ -242,12 +242,12 @@ def _figure(points: Any) -> bytes | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from .leaderboard import leaderboard_datasets
     from .plots import plot_panels
 
     if points.empty or COMPUTE_ROLLOUT_SAMPLES not in points.columns:
         return None
-    names = set(points["dataset"].unique())
-    whole = sorted(d for d in names if not any(d.startswith(f"{e}_") for e in names))
+    whole = leaderboard_datasets(points)
     fig = plot_panels(points, COMPUTE_ROLLOUT_SAMPLES, datasets=whole, ncols=2)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=_FIGURE_DPI, metadata={"Software": None})

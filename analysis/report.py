@@ -279,8 +279,7 @@ def write_report(
             )
             # Per-group datasets (arith_h4, chain_sum_num_terms3) have their own section; their
             # bootstrapped refits would multiply the report's cost for little information.
-            names = set(points["dataset"].unique())
-            whole = [d for d in names if not any(d.startswith(f"{e}_") for e in names)]
+            whole = leaderboard_datasets(points)
             table = fit_curves(
                 points[points["dataset"].isin(whole)], fit_x, None, metric, reps=fit_reps, seed=seed
             )
@@ -434,9 +433,9 @@ def _leaderboard_section(
         "starts at which it beats grpo (ties half). Costs are means per run. Exploratory: the "
         "declared claims above are the verdicts.",
     )
-    for dataset in leaderboard_datasets(known):
+    for i, dataset in enumerate(leaderboard_datasets(known)):
         table = leaderboard_table(known, starts, dataset, metric=metric, reps=reps, seed=seed)
-        suffix = "" if dataset == leaderboard_datasets(known)[0] else f"_{dataset}"
+        suffix = "" if i == 0 else f"_{dataset}"
         w.table(
             f"leaderboard{suffix}",
             f"Leaderboard on {dataset}: final {metric}, IQM, area, rank and P(> grpo), "
