@@ -16,8 +16,10 @@ Choices worth knowing:
 - Exact trial counts: the main process creates the studies and computes how many trials are
   missing; each missing trial is one task for the worker pool (``study.optimize(n_trials=1)``),
   so W workers never overshoot. ``--trials N`` counts every trial of the study whatever its
-  state (COMPLETE, PRUNED, FAIL); ``--resume`` marks trials left RUNNING by an interrupted sweep
-  FAIL (user attr ``error``) and runs the rest. Several ``--resume`` processes (on several
+  state (COMPLETE, PRUNED, FAIL) but one an interrupted sweep left RUNNING: ``--resume`` marks
+  such a trial FAIL (user attr ``error`` starting "interrupted"), does not count it, queues its
+  point again when it was a queued one, and runs the rest, so a sweep killed mid-trial (a session
+  that ends) loses no point of its grid. Several ``--resume`` processes (on several
   machines) may share one RDB storage: a running trial records a heartbeat, a trial with a fresh
   one is left to its process, and a task that finds its study full runs nothing (two processes
   that check the last free slot at the same instant may still run one trial too many).
@@ -75,6 +77,7 @@ TAG_TRIAL = "trial_number"
 TAG_TRIAL_STATE = "trial_state"
 _ATTR_PARENT = "mlflow_parent_run_id"
 _ATTR_ERROR = "error"
+_INTERRUPTED = "interrupted"
 _ATTR_ADMISSIBLE = "admissible"
 
 
@@ -394,7 +397,7 @@ def _run_trial(ctx: _Context, study_name: str, algorithm: str | None, seed: int)
         "load study",
     )
     target = ctx.spec.trials // len(ctx.spec.studies)
-    held = sum(t.state.name != "WAITING" for t in _study_trials(study))
+    held = sum(t.state.name != "WAITING" and not _interrupted(t) for t in _study_trials(study))
     if held >= target:  # another sweep process sharing the storage filled it meanwhile
         log.info(
             "%s holds %d trials (of %d) already: this task runs none", study_name, held, target
@@ -522,7 +525,7 @@ def _summarize(
                     complete=len(done),
                     admissible=len(counted),
                     pruned=sum(t.state == TrialState.PRUNED for t in mine),
-                    failed=sum(t.state == TrialState.FAIL for t in mine),
+                    failed=sum(t.state == TrialState.FAIL and not _interrupted(t) for t in mine),
                 )
             )
         n_done = sum(t.state == TrialState.COMPLETE for t in trials)
@@ -852,6 +855,12 @@ def _study_trials(study: Any) -> list[Any]:
     return study.get_trials(deepcopy=False)
 
 
+def _interrupted(trial: Any) -> bool:
+    """A trial a killed sweep left RUNNING and ``--resume`` marked FAIL: not a result of its
+    point, so it counts neither as a trial nor as a failure."""
+    return str(trial.user_attrs.get(_ATTR_ERROR, "")).startswith(_INTERRUPTED)
+
+
 def _live_trials(storage: Any, study: Any, trials: Sequence[Any]) -> set[int]:
     """Ids of the study's RUNNING trials (of ``trials``) another sweep process is running: those
     whose heartbeat is fresh, and those younger than ``NEW_TRIAL_S``, which have none yet (Optuna
@@ -887,8 +896,8 @@ def _pending_tasks(
     ``study.optimize(n_trials=1)``, so W workers never overshoot (and a task finds the study
     full, and runs nothing, when another sweep process sharing the storage filled it). A trial
     an interrupted sweep left RUNNING is marked FAIL first (it would otherwise count as done,
-    and never finish); one whose heartbeat is fresh runs in another live sweep process and is
-    counted as it is.
+    and never finish), counted as no trial, and its queued point queued again; one whose
+    heartbeat is fresh runs in another live sweep process and is counted as it is.
     Tasks go round-robin over the studies, so an interrupted equal-effort sweep leaves the
     algorithms with about the same number of trials.
     """
@@ -903,12 +912,17 @@ def _pending_tasks(
         live = _live_trials(opt_storage, study, trials)
         for t in trials:
             if t.state.name == "RUNNING" and t._trial_id not in live:
-                why = "interrupted: left RUNNING by an earlier sweep process"
+                why = f"{_INTERRUPTED}: left RUNNING by an earlier sweep process"
                 opt_storage.set_trial_user_attr(t._trial_id, _ATTR_ERROR, why)
                 study.tell(t.number, state=optuna.trial.TrialState.FAIL)
                 callback(study, opt_storage.get_trial(t._trial_id))
-                log.warning("%s trial %d was left RUNNING; marked FAIL", sname, t.number)
-        done = [t for t in _study_trials(study) if t.state.name != "WAITING"]
+                fixed = t.system_attrs.get("fixed_params")
+                if fixed:  # a queued grid point: queue it again, or the grid would lose it
+                    study.enqueue_trial(dict(fixed), user_attrs={"enqueued": True})
+                log.warning("%s trial %d was left RUNNING; marked FAIL, run again", sname, t.number)
+        done = [
+            t for t in _study_trials(study) if t.state.name != "WAITING" and not _interrupted(t)
+        ]
         existing += len(done)
         missing = max(0, target - len(done))
         per_study[sname] = [(sname, alg)] * missing

@@ -7,6 +7,7 @@ warm start shared by the whole module, so the file stays well under two minutes 
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import optuna
@@ -185,8 +186,10 @@ def test_parallel_sweep_two_workers_with_a_failing_trial(tmp_path, base, caplog)
 
 
 def test_resume_ends_with_exactly_the_requested_trials(tmp_path, base, monkeypatch):
-    """Run 1 trial, leave one RUNNING as a killed sweep would, then --resume to 3 in all. (The
-    left trial is seconds old: no new-trial grace here, or it would count as another process's.)"""
+    """Run 1 trial, leave one queued grid point RUNNING as a killed sweep would, then --resume to
+    3 in all: the interrupted trial is marked FAIL, counts as no trial, and its point runs again,
+    so a sweep killed at a session's end loses no point of its grid. (The left trial is seconds
+    old: no new-trial grace here, or it would count as another process's.)"""
     monkeypatch.setattr("sweeps.runner.NEW_TRIAL_S", 0.0)
     spec_path = tmp_path / "resume.yaml"
     spec_path.write_text(yaml.safe_dump(_spec(base)))
@@ -202,20 +205,27 @@ def test_resume_ends_with_exactly_the_requested_trials(tmp_path, base, monkeypat
     ]
     assert sweep_main([*args, "--trials", "1"]) == 0
     study = optuna.load_study(study_name="res", storage=stores["storage"])
-    study.ask()  # a trial the interrupted sweep never finished
+    study.enqueue_trial({"algorithm.sppo.actor_lr": 5e-5})
+    study.ask()  # the queued point, taken by a sweep that was killed before it finished
     assert sweep_main([*args, "--trials", "3"]) == 2  # the study exists: resuming is explicit
     assert sweep_main([*args, "--trials", "3", "--resume"]) == 0
 
     trials = optuna.load_study(study_name="res", storage=stores["storage"]).trials
-    assert [t.state.name for t in trials] == ["COMPLETE", "FAIL", "COMPLETE"]
+    assert [t.state.name for t in trials] == ["COMPLETE", "FAIL", "COMPLETE", "COMPLETE"]
     assert trials[1].user_attrs["error"].startswith("interrupted")
+    assert trials[2].params["algorithm.sppo.actor_lr"] == 5e-5  # the lost point, run again
     client = MlflowClient(stores["tracking_uri"])
     exp = client.get_experiment_by_name("sppo-bench-sweep-res")
     runs = client.search_runs([exp.experiment_id])
     sweeps = [r for r in runs if r.data.tags.get(M.TAG_ROLE) == "sweep"]
     assert len(sweeps) == 1  # the resumed sweep continues its parent run
-    assert len(runs) == 1 + 3
-    assert len(_values_are_the_runs_accuracies(stores, exp.name, ["res"])) == 2
+    assert len(runs) == 1 + 4  # every trial has a run: the interrupted one a placeholder
+    assert len(_values_are_the_runs_accuracies(stores, exp.name, ["res"])) == 3
+    path = client.download_artifacts(
+        sweeps[0].info.run_id, "sweep/sweep_summary.json", str(tmp_path)
+    )
+    best = json.loads(Path(path).read_text())["best"]
+    assert [(b["complete"], b["failed"]) for b in best] == [(3, 0)]  # interrupted is no failure
 
 
 def test_resume_runs_only_the_points_a_spec_adds_to_its_grid(tmp_path, base):
