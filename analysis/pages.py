@@ -1,11 +1,14 @@
-"""docs/results.md generated from the committed results sets: no measured number typed by hand.
+"""docs/results.md and docs/leaderboard.md generated from the committed results sets: no measured
+number typed by hand.
 
 A results page written by hand drifts from its data (a number copied from a store only its author
 held cannot be checked), so the page is built here from ``results/`` alone: one section per suite
 folder, each with the suite's own description (the leading comment of its YAML, not a result),
 a provenance table read from the shards' manifests, and the tables and one figure of the report
 :func:`analysis.write_report` writes from the merged shards, the same report
-``sppo-bench report --results results/<suite>`` writes. Run as::
+``sppo-bench report --results results/<suite>`` writes, then the tuning sweeps' tables
+(``results/tuning``). docs/leaderboard.md shows the campaign's suites from the same reports: the
+starts committed so far, the claims and the leaderboards. Run as::
 
     python -m analysis.pages [--results results] [--docs docs]   # what `make results-docs` runs
 
@@ -24,20 +27,26 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from benchmarks.telemetry.metrics import COMPUTE_ROLLOUT_SAMPLES
 
+from .tuning import tuning_section
+
 __all__ = [
+    "CAMPAIGN",
     "JOURNAL",
+    "LEADERBOARD_PAGE",
     "PAGE",
     "SUITE_ORDER",
     "SuitePage",
+    "declared_starts",
     "generate",
     "main",
     "provenance_rows",
+    "render_leaderboard_page",
     "render_page",
     "render_suite",
     "suite_description",
@@ -48,6 +57,15 @@ logger = logging.getLogger(__name__)
 
 #: The page written into the docs folder, and the journal it links to (once).
 PAGE = "results.md"
+#: The campaign's page: the leaderboards and their claims, linked from the README.
+LEADERBOARD_PAGE = "leaderboard.md"
+#: The campaign's suites, in the page's order (benchmarks/conf/suite/<name>.yaml): the two
+#: leaderboards and claim (a)'s companion. The page shows each, with the starts committed so far.
+CAMPAIGN: tuple[str, ...] = (
+    "leaderboard_arith",
+    "leaderboard_chain_sum",
+    "leaderboard_chain_sum_8192",
+)
 JOURNAL = "journal.md"
 #: Where each suite section's figure goes under the docs folder: accuracy versus rollout samples
 #: on the whole task, one panel, small (a regenerated figure is a new blob in git each time).
@@ -79,6 +97,12 @@ class SuitePage:
     folder: str
     markdown: str
     figure: bytes | None
+    #: The leaderboard page's part: the claims lines, the leaderboard table with its caption,
+    #: the performance profile (PNG bytes) and the starts the shards hold.
+    claims: list[str] = field(default_factory=list)
+    leaderboard: list[str] = field(default_factory=list)
+    profile: bytes | None = None
+    starts: tuple[str, ...] = ()
 
 
 # --- what is on disk -----------------------------------------------------------------------------
@@ -206,7 +230,12 @@ def render_suite(folder: Path, conf: Path = SUITE_CONF) -> SuitePage:
             fit_reps=0,
         )
         text = report.read_text().splitlines()
-        lines += _claims(text)
+        claims = _claims(text)
+        lines += claims
+        board: list[str] = []
+        profile_png = Path(tmp) / "performance_profile.png"
+        # read as the report wrote it: matplotlib is pinned, so the same data gives the same bytes
+        profile = profile_png.read_bytes() if profile_png.is_file() else None
         for stem, title in TABLES:
             path = Path(tmp) / f"{stem}.md"
             if not path.is_file():
@@ -217,6 +246,8 @@ def render_suite(folder: Path, conf: Path = SUITE_CONF) -> SuitePage:
             if caption:
                 lines += [caption, ""]
             lines += [path.read_text().strip(), ""]
+            if stem == "leaderboard":
+                board = [*([caption, ""] if caption else []), path.read_text().strip(), ""]
     figure = _figure(eval_points(tidy))
     if figure is not None:
         caption = (
@@ -231,7 +262,15 @@ def render_suite(folder: Path, conf: Path = SUITE_CONF) -> SuitePage:
             f"*{caption}*",
             "",
         ]
-    return SuitePage(name, "\n".join(lines), figure)
+    return SuitePage(
+        name,
+        "\n".join(lines),
+        figure,
+        claims=claims,
+        leaderboard=board,
+        profile=profile,
+        starts=tuple(rs.starts),
+    )
 
 
 def _figure(points: Any) -> bytes | None:
@@ -299,8 +338,11 @@ def _figure_name(folder: str) -> str:
 # --- the page ------------------------------------------------------------------------------------
 
 
-def render_page(sections: Sequence[SuitePage], results_name: str = "results") -> str:
-    """The whole page: the generated-page header, a list of the suites, then their sections."""
+def render_page(
+    sections: Sequence[SuitePage], results_name: str = "results", tuning: Sequence[str] = ()
+) -> str:
+    """The whole page: the generated-page header, a list of the suites, their sections, then
+    the tuning sweeps' tables (``tuning``: :func:`analysis.tuning.tuning_section`)."""
     header = [
         "# Results",
         "",
@@ -323,7 +365,73 @@ def render_page(sections: Sequence[SuitePage], results_name: str = "results") ->
     else:
         header += [f"No results set is committed under `{results_name}/` yet.", ""]
     body = [s.markdown.rstrip("\n") + "\n" for s in sections]
+    if tuning:
+        body.append("\n".join(tuning).rstrip("\n") + "\n")
     return "\n".join(header) + "\n" + "\n".join(body)
+
+
+def declared_starts(suite: str) -> list[int]:
+    """The start seeds a suite's YAML declares (``seed`` onwards, ``seeds`` of them)."""
+    from benchmarks.config import compose_config
+
+    cfg = compose_config([f"suite={suite}"])
+    return [int(cfg.seed) + i for i in range(int(cfg.seeds))]
+
+
+def render_leaderboard_page(
+    sections: Sequence[SuitePage],
+    results_name: str = "results",
+    conf: Path = SUITE_CONF,
+    tuned: bool = False,
+) -> str:
+    """The campaign's page: per campaign suite its description, how many of its declared starts
+    the committed shards hold, its declared claims' verdict lines and its leaderboard with the
+    performance profile. A suite with no shard yet says so; nothing here is typed by hand.
+    ``tuned``: the results page has a tuning section to link."""
+    tuning = "results.md#tuning-sweeps" if tuned else "results.md"
+    by_name = {s.folder: s for s in sections}
+    lines = [
+        "# Leaderboard",
+        "",
+        f"Generated by `make results-docs` from {results_name}/ — do not edit. Every registered "
+        "algorithm at its tuned setting, at equal compute, over independent starts; the "
+        f"tuning behind each setting is in [results.md]({tuning}), how a verdict "
+        "is drawn in [statistics.md](statistics.md), the campaign's plan (written before its "
+        f"first shard) in the [journal]({JOURNAL}).",
+        "",
+    ]
+    for suite in CAMPAIGN:
+        declared = declared_starts(suite)
+        page = by_name.get(suite)
+        held = sorted(page.starts) if page is not None else []
+        lines += [
+            f"## `{suite}`",
+            "",
+            _described(suite, conf),
+            "",
+            f"Starts committed: {len(held)} of the {len(declared)} declared "
+            f"(s{declared[0]}–s{declared[-1]})" + (f": {', '.join(held)}." if held else "."),
+            "",
+        ]
+        if page is None:
+            continue
+        lines += [*page.claims]
+        if page.leaderboard:
+            lines += ["### Leaderboard (exploratory)", "", *page.leaderboard]
+        if page.profile is not None:
+            caption = "Performance profile: the share of starts whose final accuracy is at least τ"
+            lines += [
+                f"![{caption}]({FIGURES_DIR}/{suite}.png)",
+                "",
+                f"*{caption}*",
+                "",
+            ]
+        lines += [
+            f"Full report: `sppo-bench report --results {results_name}/{suite}`; provenance of "
+            f"every shard: [results.md](results.md#{_anchor(suite)}).",
+            "",
+        ]
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def generate(
@@ -355,12 +463,21 @@ def generate(
             path = figures / _figure_name(s.folder)
             path.write_bytes(s.figure)
             written.add(path.name)
-    for stale in sorted(figures.glob(_figure_name("*"))):
+    for s in sections:
+        if s.folder in CAMPAIGN and s.profile is not None:
+            path = figures / f"{s.folder}.png"
+            path.write_bytes(s.profile)
+            written.add(path.name)
+    stale_files = [*figures.glob(_figure_name("*")), *figures.glob("leaderboard_*.png")]
+    for stale in sorted(stale_files):
         if stale.name not in written:
             logger.info("removing %s: its suite is no longer under %s", stale, results)
             stale.unlink()
     page = docs / PAGE
-    page.write_text(render_page(sections, results.name))
+    tuning = tuning_section(results)
+    page.write_text(render_page(sections, results.name, tuning))
+    board = render_leaderboard_page(sections, results.name, conf, tuned=bool(tuning))
+    (docs / LEADERBOARD_PAGE).write_text(board)
     logger.info("wrote %s and %d figures in %.1f s", page, len(written),
                 time.perf_counter() - started)  # fmt: skip
     return page

@@ -11,6 +11,8 @@
                                               by start), no store needed
     sppo-bench export (--experiment NAME | --run-id ID ...) --out DIR [--tracking-uri URI]
                                               a suite's runs as a results set (Parquet + manifest)
+    sppo-bench export --sweep SPEC --storage URL --out results/tuning [--tracking-uri URI]
+                                              a tuning sweep's trials (results/tuning/<spec>.json)
     sppo-bench import DIR [DIR ...] --tracking-uri URI
                                               a results set's runs back into an MLflow store
     sppo-bench power --results DIR [DIR ...] [--suite NAME]
@@ -326,6 +328,8 @@ def _cmd_export(argv: list[str]) -> int:
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--experiment", help="every run of this experiment (name or id)")
     g.add_argument("--run-id", nargs="+", help="suite parent run ids: each with its runs")
+    g.add_argument("--sweep", help="a tuning sweep's spec (name or path): its trials as JSON")
+    p.add_argument("--storage", help="the sweep's Optuna storage (with --sweep)")
     p.add_argument("--out", required=True, help="the set's folder (new or empty)")
     p.add_argument("--tracking-uri", default=None, help="any MLflow store (default: as `run`)")
     p.add_argument("--command", default=None, help="the command that made the runs (manifest)")
@@ -336,6 +340,8 @@ def _cmd_export(argv: list[str]) -> int:
     )
     a = p.parse_args(argv)
     uri = a.tracking_uri or default_tracking_uri()
+    if a.sweep is not None:
+        return _export_sweep(a.sweep, a.storage, a.out, uri, machine() if a.here else None)
     try:
         path = export_results(
             a.out,
@@ -346,6 +352,25 @@ def _cmd_export(argv: list[str]) -> int:
             machine=machine() if a.here else None,
         )
     except ResultsError as e:
+        sys.stderr.write(f"sppo-bench export: {e}\n")
+        return 2
+    sys.stdout.write(f"{path}\n")
+    return 0
+
+
+def _export_sweep(
+    spec: str, storage: str | None, out: str, tracking_uri: str, here: dict | None
+) -> int:
+    """``export --sweep``: a sweep's trials into ``<out>/<spec>.json`` (analysis/tuning.py)."""
+    from analysis.tuning import export_tuning
+    from sweeps.spec import SpecError
+
+    if not storage:
+        sys.stderr.write("sppo-bench export: --sweep needs --storage (the sweep's Optuna URL)\n")
+        return 2
+    try:
+        path = export_tuning(spec, storage, out, tracking_uri=tracking_uri, machine=here)
+    except (SpecError, ValueError) as e:
         sys.stderr.write(f"sppo-bench export: {e}\n")
         return 2
     sys.stdout.write(f"{path}\n")

@@ -547,7 +547,7 @@ def _summarize(
     return best, importances, states
 
 
-def _trial_rows(spec: SweepSpec, studies: Mapping[str, tuple[Any, str | None]]) -> list[dict]:
+def trial_rows(spec: SweepSpec, studies: Mapping[str, tuple[Any, str | None]]) -> list[dict]:
     """One row per trial: what the per-trial table of the summary shows."""
     rows = []
     for name, (study, fixed_alg) in studies.items():
@@ -560,6 +560,7 @@ def _trial_rows(spec: SweepSpec, studies: Mapping[str, tuple[Any, str | None]]) 
                     "algorithm": alg,
                     "number": t.number,
                     "state": t.state.name,
+                    "error": t.user_attrs.get(_ATTR_ERROR),
                     "value": t.value,
                     "values_per_start": t.user_attrs.get("values_per_start"),
                     "admissible": t.user_attrs.get(_ATTR_ADMISSIBLE) if rules else None,
@@ -1067,7 +1068,7 @@ def _write_summary(
         for s, (_, a) in opened.studies.items()
     }
     result.best, result.importances, result.states = _summarize(spec, fresh)
-    result.trials = _trial_rows(spec, fresh)
+    result.trials = trial_rows(spec, fresh)
     result.wall_s = time.perf_counter() - t0
     result.output_dir.mkdir(parents=True, exist_ok=True)
     result.summary_md = result.output_dir / "sweep_summary.md"

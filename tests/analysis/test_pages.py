@@ -38,6 +38,15 @@ def _suites() -> list[str]:
     return first + [s for s in found if s not in first]
 
 
+def _figures(docs: Path) -> dict[str, bytes]:
+    """The generated figures of a docs folder, by name."""
+    paths = [
+        *(docs / "figures").glob("results_*.png"),
+        *(docs / "figures").glob("leaderboard_*.png"),
+    ]
+    return {p.name: p.read_bytes() for p in sorted(paths)}
+
+
 def _sections(text: str) -> dict[str, str]:
     """Each suite section of the page (from its heading to the next suite's), by suite."""
     parts = re.split(r"^## Suite `([^`]+)`$", text, flags=re.M)
@@ -48,8 +57,10 @@ def test_committed_page_and_figures_equal_what_results_give(generated: Path) -> 
     assert PAGE.read_text() == (generated / "results.md").read_text(), (
         f"docs/results.md differs from what results/ gives: {FRESHEN}"
     )
-    committed = {p.name: p.read_bytes() for p in sorted((DOCS / "figures").glob("results_*.png"))}
-    fresh = {p.name: p.read_bytes() for p in sorted((generated / "figures").glob("results_*.png"))}
+    assert (DOCS / "leaderboard.md").read_text() == (generated / "leaderboard.md").read_text(), (
+        f"docs/leaderboard.md differs from what results/ gives: {FRESHEN}"
+    )
+    committed, fresh = _figures(DOCS), _figures(generated)
     assert sorted(committed) == sorted(fresh), FRESHEN
     for name, data in fresh.items():
         assert committed[name] == data, f"docs/figures/{name} differs: {FRESHEN}"
@@ -128,3 +139,28 @@ def test_suite_description_is_the_yaml_leading_comment(tmp_path: Path) -> None:
 def test_cli_refuses_a_missing_results_folder(tmp_path: Path) -> None:
     assert main(["--results", str(tmp_path / "none"), "--docs", str(tmp_path / "docs")]) == 2
     assert not (tmp_path / "docs").exists()
+
+
+def test_leaderboard_page_counts_the_starts_committed_and_shows_the_board(tmp_path: Path) -> None:
+    """The campaign page from two shards of six algorithms filed as leaderboard_arith: two of its
+    ten declared starts, the leaderboard table and the performance profile; the other campaign
+    suites, with no shard, say so and show no table."""
+    results = tmp_path / "results"
+    for shard in ("s0", "s1"):
+        shutil.copytree(RESULTS / "claims" / shard, results / "leaderboard_arith" / shard)
+    docs = tmp_path / "docs"
+    generate(results, docs)
+    text = (docs / "leaderboard.md").read_text()
+    parts = dict(zip(*[iter(re.split(r"^## `([^`]+)`$", text, flags=re.M)[1:])] * 2, strict=True))
+    assert list(parts) == [
+        "leaderboard_arith",
+        "leaderboard_chain_sum",
+        "leaderboard_chain_sum_8192",
+    ]
+    assert "Starts committed: 2 of the 10 declared (s10–s19): s0, s1." in parts["leaderboard_arith"]
+    assert "| sppo |" in parts["leaderboard_arith"] and "| rloo |" in parts["leaderboard_arith"]
+    assert "Starts committed: 0 of the 10 declared (s10–s19)." in parts["leaderboard_chain_sum"]
+    assert "|" not in parts["leaderboard_chain_sum"]
+    profile = docs / "figures" / "leaderboard_arith.png"
+    assert profile.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "figures/leaderboard_arith.png" in parts["leaderboard_arith"]

@@ -15,6 +15,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
+from analysis.tuning import export_tuning, read_tuning, tuning_table
 from benchmarks.telemetry import metrics as M
 from sweeps import (
     TAG_STUDY,
@@ -226,6 +227,17 @@ def test_resume_ends_with_exactly_the_requested_trials(tmp_path, base, monkeypat
     )
     best = json.loads(Path(path).read_text())["best"]
     assert [(b["complete"], b["failed"]) for b in best] == [(3, 0)]  # interrupted is no failure
+
+    # Exported as the results page's tuning table: three points, the interrupted one left out,
+    # the selected point the best value.
+    out = export_tuning(str(spec_path), stores["storage"], tmp_path / "tuning", study_name="res")
+    data = read_tuning(out)
+    table = tuning_table(data)
+    complete = [t for t in trials if t.state.name == "COMPLETE"]
+    top = max(complete, key=lambda t: t.value)
+    assert table[2].startswith("| sppo | 3 / 3 | ")
+    assert table[2].endswith(f"| actor_lr={top.params['algorithm.sppo.actor_lr']:.4g} |")
+    assert table[2].count("actor_lr=") == 4  # three points and the selected one
 
 
 def test_resume_runs_only_the_points_a_spec_adds_to_its_grid(tmp_path, base):
@@ -490,3 +502,20 @@ def test_admissibility_reads_the_weakest_start_as_the_claims_gates_do(
         assert done.constraints == {metric: 1.0}  # missing: infeasible
     else:
         assert done.constraints == {metric: pytest.approx(0.3 - weakest, abs=1e-15)}
+
+
+def test_export_of_a_sweep_refuses_bad_input_before_reading(tmp_path, capsys):
+    """`sppo-bench export --sweep`: no storage, an unknown spec, or a study the storage lacks
+    each exit 2 with the field named, and write nothing."""
+    from benchmarks.cli import main as cli_main
+
+    out = tmp_path / "tuning"
+    storage = f"sqlite:///{tmp_path / 'empty.db'}"
+    assert cli_main(["export", "--sweep", "lr_per_algorithm", "--out", str(out)]) == 2
+    assert "--storage" in capsys.readouterr().err
+    assert cli_main(["export", "--sweep", "no_such", "--storage", storage, "--out", str(out)]) == 2
+    assert "spec" in capsys.readouterr().err
+    args = ["export", "--sweep", "lr_per_algorithm", "--storage", storage, "--out", str(out)]
+    assert cli_main(args) == 2
+    assert "is not in" in capsys.readouterr().err
+    assert not out.exists()
