@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 #: Per-mini-batch metrics that are undefined (NaN) when the mini-batch's targets are all equal.
 _UNDEFINED_WHEN_CONSTANT = frozenset({M.CRITIC_EXPLAINED_VAR})
 
-__all__ = ["PromptStream", "RLTrainer", "rollout_logprob_mismatch"]
+__all__ = ["PromptStream", "RLTrainer", "memory_metrics", "rollout_logprob_mismatch"]
 
 
 class PromptStream:
@@ -215,6 +215,22 @@ def _mean_metrics(steps: Sequence[Mapping[str, float]]) -> dict[str, float]:
         if defined:
             out[k] = sum(defined) / len(defined)
     return out
+
+
+def memory_metrics(
+    policy: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    critic: Any | None,
+    reference: torch.nn.Module | None,
+) -> dict[str, float]:
+    """Bytes of the parameters, gradients and optimizer state of each component a run holds
+    (``memory/<component>/<kind>_bytes``); the frozen reference has parameters alone."""
+    parts = {"policy": module_memory(policy, opt)}
+    if critic is not None:
+        parts["critic"] = critic.memory()
+    if reference is not None:
+        parts["reference"] = {"params": module_memory(reference)["params"]}
+    return component_metrics(parts)
 
 
 class RLTrainer:
@@ -653,16 +669,6 @@ class RLTrainer:
         own = self.cfg.critic_warmup_steps
         return self.alg.critic_warmup_steps if own is None else own
 
-    def memory_metrics(self) -> dict[str, float]:
-        """Bytes of the parameters, gradients and optimizer state of each component the run
-        holds (``memory/<component>/<kind>_bytes``)."""
-        parts = {"policy": module_memory(self.policy, self.opt)}
-        if self.critic is not None:
-            parts["critic"] = self.critic.memory()
-        if self.reference is not None:
-            parts["reference"] = {"params": module_memory(self.reference)["params"]}  # frozen
-        return component_metrics(parts)
-
     # ------------------------------------------------------------------ state and logging
 
     def state_dict(self) -> dict[str, Any]:
@@ -718,6 +724,7 @@ class RLTrainer:
     def log_step(self, stats: dict[str, float]) -> None:
         """Log a step's metrics with the meter's counters and the components' memory, so every
         point of every metric shares the step's compute coordinates."""
-        m = {**stats, **self.meter.metrics(), **self.memory_metrics()}
+        memory = memory_metrics(self.policy, self.opt, self.critic, self.reference)
+        m = {**stats, **self.meter.metrics(), **memory}
         self.tracker.log_metrics(m, step=self.step)
         self.on_progress(self.budget.fraction(self.meter), {})

@@ -18,7 +18,7 @@ from benchmarks.telemetry.meter import Budget, FlopModel
 from benchmarks.training.config import TrainerConfig
 from benchmarks.training.critic_model import check_same_tokenizer, critic_spec
 from benchmarks.training.modeling import ModelSpec, build_char_tokenizer, build_tiny_llama
-from benchmarks.training.trainer import RLTrainer
+from benchmarks.training.trainer import RLTrainer, memory_metrics
 from testkit.suites import MICRO
 from testkit.trainers import SPEC, SPS, FirstDigitTask
 
@@ -111,7 +111,7 @@ def test_the_small_critic_trains_and_its_flops_are_its_own(setup, name):
         lens = [len(p) for p in train]
         want = 4 * sum(tr.critic.fm.forward(n, 0, logits=1, head=False) for n in lens)
         assert tr.meter.flops["critic"] == want
-    mem = tr.memory_metrics()
+    mem = memory_metrics(tr.policy, tr.opt, tr.critic, tr.reference)
     small_params = sum(p.numel() * 4 for p in tr.critic.model.parameters())
     assert mem["memory/critic/params_bytes"] == small_params < mem["memory/policy/params_bytes"]
 
