@@ -3,9 +3,9 @@
 `load_runs` is the single entry point from a tracking store into the analysis: one row per
 run x step x metric, every run's identity (algorithm, seed, task, ...) copied from its tags, so
 every later step is a pandas group-by. Runs are selected with ``MlflowClient.search_runs`` (so
-MLflow's filter syntax works unchanged); metric histories are read straight from the ``metrics``
-table when the store is SQLite, because one ``get_metric_history`` call per run x metric costs
-minutes at 1,000 runs. Any other store falls back to the client API (threaded).
+MLflow's filter syntax works unchanged); runs and metric histories are read with SQL when the
+store is SQLite, else through the client API (:mod:`analysis.mlflow_store`, the one module that
+knows MLflow's tables).
 
 `eval_points` turns the tidy frame into the wide table the plots, fits and tables use: one row per
 run x dataset x eval step, with the eval metrics and every compute counter at that step.
@@ -17,15 +17,11 @@ start the run began from. `run_params` reads chosen params of runs (their logged
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import logging
 import sqlite3
-from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
-from urllib.parse import quote
 
 import numpy as np
 import pandas as pd
@@ -53,6 +49,14 @@ from ._common import (
     RUN_COLUMNS,
     dataset_horizon,
     local_artifact_dir,
+)
+from .mlflow_store import (
+    Record,
+    client_history,
+    run_values,
+    sqlite_history,
+    sqlite_path,
+    sqlite_runs,
 )
 
 __all__ = [
@@ -86,7 +90,6 @@ ITEM_TABLE_COLUMNS: tuple[str, ...] = (
 CONTAINER_ROLES: tuple[str, ...] = ("suite", "sweep")
 #: Prefixes of metrics treated as compute counters and joined onto eval points.
 _COUNTER_PREFIXES = ("compute/", "memory/")
-_SQL_CHUNK = 500  # run ids per IN (...) clause: well under SQLite's variable limit
 _PAGE = 10_000
 
 
@@ -128,7 +131,7 @@ def load_runs(
     uri = tracking_uri or _current_tracking_uri()
     experiment_ids = _experiment_ids(client, experiment, parent_run_id)
     meta = history = None
-    db_path = _sqlite_path(uri) if use_sql else None
+    db_path = sqlite_path(uri) if use_sql else None
     if db_path is not None:
         try:
             if filter_string:  # MLflow's filter grammar: let MLflow select the runs
@@ -137,9 +140,9 @@ def load_runs(
                     for r in _search_runs(client, experiment_ids, parent_run_id, filter_string)
                 ]
             else:  # plain selection: skip loading every run's params through the ORM
-                records = _sqlite_runs(db_path, experiment_ids, parent_run_id)
+                records = sqlite_runs(db_path, experiment_ids, parent_run_id, _TAG_KEYS)
             meta = _run_frame(records, exclude_roles)
-            history = _sqlite_history(db_path, meta["run_id"].tolist(), metrics)
+            history = sqlite_history(db_path, meta["run_id"].tolist(), metrics)
         except sqlite3.Error as err:  # schema drift or locked file: the client API still works
             logger.warning("reading %s directly failed (%s); using the client API", uri, err)
             meta = history = None
@@ -147,7 +150,7 @@ def load_runs(
         runs = _search_runs(client, experiment_ids, parent_run_id, filter_string)
         runs = [r for r in runs if r.data.tags.get(TAG_ROLE) not in set(exclude_roles)]
         meta = _run_frame([_record(r) for r in runs], exclude_roles)
-        history = _client_history(client, runs, metrics)
+        history = client_history(client, runs, metrics)
     tidy = tidy_frame(history, meta)
     logger.debug("loaded %d runs, %d rows from %s", len(meta), len(tidy), uri)
     tidy.attrs["tracking_uri"] = uri
@@ -300,8 +303,6 @@ def _experiment_id(client: Any, name_or_id: str) -> str:
         raise ValueError(f"no MLflow experiment named or numbered {name_or_id!r}") from err
 
 
-#: A run reduced to what the analysis needs: (run_id, run_name, experiment_id, status, tags).
-_Record = tuple[str, str | None, str, str, dict[str, str]]
 _TAG_KEYS = (
     MLFLOW_PARENT_TAG,
     TAG_ALGORITHM,
@@ -344,42 +345,12 @@ def run_frame(runs: Sequence[Any]) -> pd.DataFrame:
     return _run_frame([_record(r) for r in runs])
 
 
-def _record(run: Any) -> _Record:
+def _record(run: Any) -> Record:
     info = run.info
     return (info.run_id, info.run_name, str(info.experiment_id), info.status, run.data.tags)
 
 
-def _sqlite_runs(
-    path: Path, experiment_ids: Sequence[str], parent_run_id: str | None
-) -> list[_Record]:
-    """Active runs of the experiments (children of parent_run_id if given), straight from SQL.
-
-    Reads only the tags the analysis uses; ``search_runs`` would also load every param (a
-    flattened config: hundreds per run) through the ORM, which dominates load time.
-    """
-    if not experiment_ids:
-        return []
-    con = _connect(path)
-    try:
-        ids = [int(e) for e in experiment_ids]
-        rows = con.execute(
-            "SELECT run_uuid, name, experiment_id, status FROM runs "
-            f"WHERE lifecycle_stage = 'active' AND experiment_id IN ({','.join('?' * len(ids))})",
-            ids,
-        ).fetchall()
-        tags: dict[str, dict[str, str]] = {r[0]: {} for r in rows}
-        run_ids = list(tags)
-        for run_id, key, value in _key_values(con, "tags", run_ids, _TAG_KEYS):
-            tags[run_id][key] = value
-    finally:
-        con.close()
-    records = [(r[0], r[1], str(r[2]), r[3], tags[r[0]]) for r in rows]
-    if parent_run_id is not None:
-        records = [r for r in records if r[4].get(MLFLOW_PARENT_TAG) == parent_run_id]
-    return records
-
-
-def _run_frame(records: Sequence[_Record], exclude_roles: Sequence[str] = ()) -> pd.DataFrame:
+def _run_frame(records: Sequence[Record], exclude_roles: Sequence[str] = ()) -> pd.DataFrame:
     """One row per run: identity columns from the run info and tags; container roles dropped."""
     rows = []
     for run_id, run_name, experiment_id, status, tags in records:
@@ -420,145 +391,6 @@ def typed_runs(meta: pd.DataFrame) -> pd.DataFrame:
     return meta
 
 
-# --- metric histories ----------------------------------------------------------------------
-
-
-def _sqlite_path(uri: str) -> Path | None:
-    """File path of a ``sqlite:///...`` tracking URI; None for other stores or in-memory DBs."""
-    if not uri.startswith("sqlite://"):
-        return None
-    rest = uri[len("sqlite://") :].split("?", 1)[0]
-    if not rest.startswith("/") or rest in ("/", "/:memory:"):
-        return None
-    path = Path(rest[1:])
-    return path if path.is_file() else None
-
-
-def _connect(path: Path) -> sqlite3.Connection:
-    """Read-only connection: the analysis never writes to a store a training run may be using."""
-    return sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True)
-
-
-def _wants(metrics: Sequence[str] | None) -> tuple[list[str] | None, list[str]]:
-    """Split a metrics selection into exact names (SQL-filterable) and shell patterns."""
-    if metrics is None:
-        return None, []
-    patterns = [m for m in metrics if any(ch in m for ch in "*?[")]
-    exact = [m for m in metrics if m not in patterns]
-    return (None if patterns else exact), patterns
-
-
-def _match(names: pd.Series, metrics: Sequence[str] | None) -> pd.Series:
-    if metrics is None:
-        return pd.Series(True, index=names.index)
-    keep = {n for n in names.unique() if any(fnmatch.fnmatchcase(n, m) for m in metrics)}
-    return names.isin(keep)
-
-
-def _key_values(
-    con: sqlite3.Connection, table: str, run_ids: Sequence[str], keys: Sequence[str]
-) -> Iterator[tuple[str, str, str]]:
-    """``(run_id, key, value)`` rows of MLflow's ``tags`` or ``params`` table for these runs and
-    keys, queried in chunks of run ids (SQLite caps the variables of one statement)."""
-    run_ids = list(run_ids)
-    for start in range(0, len(run_ids), _SQL_CHUNK):
-        chunk = run_ids[start : start + _SQL_CHUNK]
-        yield from con.execute(
-            f"SELECT run_uuid, key, value FROM {table} "
-            f"WHERE run_uuid IN ({','.join('?' * len(chunk))}) "
-            f"AND key IN ({','.join('?' * len(keys))})",
-            [*chunk, *keys],
-        )
-
-
-def _sqlite_history(
-    path: Path, run_ids: Sequence[str], metrics: Sequence[str] | None
-) -> pd.DataFrame:
-    """Metric rows of the given runs, read in chunks from MLflow's ``metrics`` table."""
-    exact, patterns = _wants(metrics)
-    con = _connect(path)
-    frames = []
-    try:
-        for start in range(0, len(run_ids), _SQL_CHUNK):
-            chunk = list(run_ids[start : start + _SQL_CHUNK])
-            sql = (
-                "SELECT run_uuid, key, step, value, is_nan, timestamp FROM metrics "
-                f"WHERE run_uuid IN ({','.join('?' * len(chunk))})"
-            )
-            args: list[Any] = chunk
-            if exact is not None:
-                if not exact:
-                    break
-                sql += f" AND key IN ({','.join('?' * len(exact))})"
-                args = chunk + list(exact)
-            rows = con.execute(sql, args).fetchall()
-            frames.append(
-                pd.DataFrame(
-                    rows, columns=["run_id", "metric", "step", "value", "is_nan", "timestamp"]
-                )
-            )
-    finally:
-        con.close()
-    if not frames:
-        return _empty_history()
-    out = pd.concat(frames, ignore_index=True)
-    out["value"] = out["value"].astype("float64").where(out["is_nan"] == 0, np.nan)
-    out = out.drop(columns="is_nan")
-    out["step"] = out["step"].astype("int64")
-    out["timestamp"] = out["timestamp"].astype("int64")
-    if patterns:
-        out = out[_match(out["metric"], metrics)]
-    return out
-
-
-def run_histories(client: Any, runs: Sequence[Any]) -> pd.DataFrame:
-    """Every metric point of the runs (MLflow ``Run`` objects), raw: run_id, metric, step, value,
-    timestamp. With SQL from a SQLite store, else through the client."""
-    db_path = _sqlite_path(client.tracking_uri)
-    if db_path is not None:
-        try:
-            return _sqlite_history(db_path, [r.info.run_id for r in runs], None)
-        except sqlite3.Error as err:
-            logger.warning("reading %s directly failed (%s); using the client API", db_path, err)
-    return _client_history(client, runs, None)
-
-
-def _client_history(
-    client: Any, runs: Sequence[Any], metrics: Sequence[str] | None
-) -> pd.DataFrame:
-    """Metric rows via ``get_metric_history``: any store, one call per run x metric (threaded)."""
-    jobs = []
-    for run in runs:
-        keys = pd.Series(sorted(run.data.metrics), dtype="object")
-        keys = keys[_match(keys, metrics)] if len(keys) else keys
-        jobs.extend((run.info.run_id, key) for key in keys)
-
-    def fetch(job: tuple[str, str]) -> list[tuple[str, str, int, float, int]]:
-        run_id, key = job
-        return [
-            (run_id, key, int(m.step), float(m.value), int(m.timestamp))
-            for m in client.get_metric_history(run_id, key)
-        ]
-
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        rows = [row for chunk in pool.map(fetch, jobs) for row in chunk]
-    if not rows:
-        return _empty_history()
-    return pd.DataFrame(rows, columns=["run_id", "metric", "step", "value", "timestamp"])
-
-
-def _empty_history() -> pd.DataFrame:
-    return pd.DataFrame(
-        {
-            "run_id": pd.Series(dtype="object"),
-            "metric": pd.Series(dtype="object"),
-            "step": pd.Series(dtype="int64"),
-            "value": pd.Series(dtype="float64"),
-            "timestamp": pd.Series(dtype="int64"),
-        }
-    )
-
-
 # --- per-item correctness ------------------------------------------------------------------
 
 
@@ -569,7 +401,7 @@ def run_params(
     None where a run did not log it. Read with SQL from a SQLite store, else through the client.
     """
     ids = list(dict.fromkeys(str(r) for r in run_ids))
-    found = _run_values("params", ids, keys, tracking_uri or _current_tracking_uri())
+    found = run_values("params", ids, keys, tracking_uri or _current_tracking_uri())
     rows = {r: {k: found[r].get(k) for k in keys} for r in ids}
     return pd.DataFrame.from_dict(rows, orient="index", columns=list(keys)).rename_axis("run_id")
 
@@ -582,7 +414,7 @@ def _start_ids(df: pd.DataFrame, uri: str) -> dict[str, str]:
     runs = df.drop_duplicates("run_id")
     ids = runs["run_id"].astype(str).tolist()
     params = run_params(ids, ["warmstart.per_seed", "seed", "model.name_or_path"], uri)
-    tags = _run_values("tags", ids, [TAG_START], uri)
+    tags = run_values("tags", ids, [TAG_START], uri)
     out = {}
     for run_id, seed in zip(ids, runs["seed"], strict=True):
         tag = tags.get(run_id, {}).get(TAG_START)
@@ -598,32 +430,6 @@ def _start_ids(df: pd.DataFrame, uri: str) -> dict[str, str]:
             out[run_id] = f"s{p['seed']}"
         else:
             out[run_id] = "unknown"
-    return out
-
-
-def _run_values(
-    table: str, run_ids: Sequence[str], keys: Sequence[str], uri: str
-) -> dict[str, dict[str, str]]:
-    """Per run, the values of ``keys`` it logged in its ``params`` or ``tags`` (absent keys
-    left out): with SQL from a SQLite store, else through the client."""
-    out: dict[str, dict[str, str]] = {r: {} for r in run_ids}
-    if not run_ids or not keys:
-        return out
-    db_path = _sqlite_path(uri)
-    if db_path is not None:
-        con = _connect(db_path)
-        try:
-            for run_id, key, value in _key_values(con, table, run_ids, keys):
-                out[run_id][key] = value
-        finally:
-            con.close()
-        return out
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=uri)
-    for run_id in run_ids:
-        logged = getattr(client.get_run(run_id).data, table)
-        out[run_id] = {k: logged[k] for k in keys if k in logged}
     return out
 
 

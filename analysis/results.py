@@ -63,11 +63,11 @@ from .load import (
     eval_points,
     load_items,
     run_frame,
-    run_histories,
     select_runs,
     tidy_frame,
     typed_runs,
 )
+from .mlflow_store import run_histories
 
 __all__ = [
     "EXECUTION_FIELDS",
