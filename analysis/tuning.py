@@ -140,7 +140,7 @@ def tuning_table(data: dict[str, Any]) -> list[str]:
         counted = [r for r in done if r.get("admissible") is not False]
         best = max(counted, key=lambda r: sign * r["value"], default=None)
         points = []
-        for r in sorted(done, key=lambda r: _point(r)):
+        for r in sorted(done, key=lambda r: sorted(r["params"].items())):
             per = r.get("values_per_start") or []
             per = list(per.values()) if isinstance(per, dict) else list(per)
             per_text = " / ".join(f"{v:.3f}" for v in per) if len(per) > 1 else ""
