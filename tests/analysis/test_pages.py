@@ -49,8 +49,10 @@ def _figures(docs: Path) -> dict[str, bytes]:
 
 def _sections(text: str) -> dict[str, str]:
     """Each suite section of the page (from its heading to the next suite's), by suite."""
-    parts = re.split(r"^## Suite `([^`]+)`$", text, flags=re.M)
-    return dict(zip(parts[1::2], parts[2::2], strict=True))
+    parts = re.split(r"^## (.+)$", text, flags=re.M)  # every section, to the next heading
+    sections = dict(zip(parts[1::2], parts[2::2], strict=True))
+    # "Suite `<name>`" -> <name>
+    return {k[7:-1]: v.rstrip("\n") for k, v in sections.items() if k.startswith("Suite `")}
 
 
 def test_committed_page_and_figures_equal_what_results_give(generated: Path) -> None:
