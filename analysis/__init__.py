@@ -46,6 +46,7 @@ from .curves import (
     compute_to_target,
     describe_compute_to_target,
     final_scores,
+    paired_ratio_of_means,
     score_dict,
 )
 from .fit import SaturatingFit, fit_curves, fit_saturating, saturating_curve
@@ -98,15 +99,6 @@ from .tables import (
     to_latex,
     to_markdown,
 )
-from .verdicts import (
-    PairedEstimate,
-    describe_verdicts,
-    difficulty_groups,
-    paired_difference,
-    paired_ratio_of_means,
-    rollouts_to_match,
-    verdicts,
-)
 
 __all__ = [
     "accuracy_table",
@@ -128,8 +120,6 @@ __all__ = [
     "DATASET_LABELS",
     "describe_claims",
     "describe_compute_to_target",
-    "describe_verdicts",
-    "difficulty_groups",
     "eval_points",
     "evaluate_gates",
     "expected_calibration_error",
@@ -165,9 +155,7 @@ __all__ = [
     "notebook_data",
     "order_algorithms",
     "order_datasets",
-    "paired_difference",
     "paired_ratio_of_means",
-    "PairedEstimate",
     "parse_claims",
     "plot_accuracy_table",
     "plot_accuracy_vs_compute",
@@ -181,7 +169,6 @@ __all__ = [
     "probability_of_improvement_ci",
     "reached_level",
     "resolve_tracking_uri",
-    "rollouts_to_match",
     "run_params",
     "saturating_curve",
     "SaturatingFit",
@@ -196,6 +183,5 @@ __all__ = [
     "to_markdown",
     "untestable",
     "verdict",
-    "verdicts",
     "write_report",
 ]

@@ -7,7 +7,7 @@ each point the mean over seeds of the chosen compute counter (budgets in tokens 
 wall-clock differ slightly per seed). `score_dict` gives the rliable shape
 array(runs, datasets) of final scores. `compute_to_target` answers "SPPO reaches GRPO's final
 accuracy with x times fewer rollout tokens" by linear interpolation on the mean curves, with a
-paired interval over seeds (:mod:`analysis.verdicts`) so that a ratio within noise is never told
+paired interval over seeds (:func:`paired_ratio_of_means`) so that a ratio within noise is never told
 as a win. That interval is exploratory and labelled with the coverage it reaches
 (:data:`TARGET_INTERVAL`): a per-seed bootstrap at nominal 95% that covers about 90% in
 simulation; the declared claims' verdicts come from :mod:`analysis.protocol` instead.
@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from scipy.stats import norm
+from scipy.stats import t as student_t
 
 from benchmarks.telemetry.metrics import (
     COMPUTE_FLOPS,
@@ -38,26 +40,22 @@ from ._common import (
     order_algorithms,
     order_datasets,
 )
-from .verdicts import (
-    DOES_NOT_HOLD,
-    HOLDS,
-    MIN_VERDICT_SEEDS,
-    first_crossing,
-    format_ratio,
-    paired_ratio_of_means,
-    ratio_verdict,
-    seed_curves,
-    seed_finals,
-)
 
 __all__ = [
+    "MIN_VERDICT_SEEDS",
     "TARGET_INTERVAL",
     "Curve",
     "aligned_curves",
     "compute_to_target",
     "describe_compute_to_target",
     "final_scores",
+    "first_crossing",
+    "format_ratio",
+    "paired_ratio_of_means",
     "score_dict",
+    "seed_curves",
+    "seed_finals",
+    "tail_probability",
 ]
 
 
@@ -211,8 +209,162 @@ def score_dict(
     return out
 
 
+# --- per-seed curves and the paired ratio of means over seeds --------------------------------
+
+#: Paired seeds a compute-to-target sentence needs to say "fewer" or "more"; below it the ratio
+#: is not resolved whatever its interval says: the most extreme bootstrap mean is the most
+#: extreme seed, and all n seeds fall on one side of 1 by chance with probability 2^-n (1 in 8
+#: at 3 seeds), so no interval over so few seeds can hold a 2.5% tail.
+MIN_VERDICT_SEEDS = 5
+
+
+def _order_key(points: pd.DataFrame) -> list[str]:
+    """Sort eval points by budget fraction when every point has one (then step), else by step."""
+    if BUDGET_FRACTION in points.columns and points[BUDGET_FRACTION].notna().all():
+        return [BUDGET_FRACTION, "step"]
+    return ["step"]
+
+
+def _rows(points: pd.DataFrame, dataset: str, columns: Sequence[str]) -> pd.DataFrame:
+    if "seed" not in points.columns:  # no seed: nothing to pair
+        return points.iloc[0:0]
+    cols = [c for c in columns if c not in points.columns]
+    if cols:
+        raise ValueError(f"columns {cols} not in eval points; columns: {list(points.columns)}")
+    sub = points[(points["dataset"] == dataset) & points["seed"].notna()]
+    return sub.dropna(subset=list(columns))
+
+
+def seed_finals(
+    points: pd.DataFrame, dataset: str, metric: str = ACCURACY, column: str | None = None
+) -> pd.DataFrame:
+    """Final eval of every (algorithm, seed) on a dataset: array(seeds, algorithms).
+
+    Final = the eval at the largest budget fraction (the last step when a point lacks one).
+    ``column`` picks what is read at that eval (default: the metric; a compute column gives the
+    compute spent at the final eval). Several runs of one (algorithm, seed) are averaged.
+    """
+    value = column or metric
+    sub = _rows(points, dataset, list(dict.fromkeys([metric, value])))
+    if sub.empty:
+        return pd.DataFrame()
+    last = sub.sort_values(_order_key(sub), kind="stable").groupby("run_id").tail(1)
+    wide = last.pivot_table(index="seed", columns="algorithm", values=value, aggfunc="mean")
+    wide.columns.name = None
+    return wide.astype(float)
+
+
+def seed_curves(
+    points: pd.DataFrame, algorithm: str, dataset: str, x: str, metric: str = ACCURACY
+) -> dict[object, tuple[np.ndarray, np.ndarray]]:
+    """Per seed, one algorithm's curve on a dataset: seed -> (compute, metric), in eval order.
+
+    Points of several runs of one seed at the same budget fraction are averaged.
+    """
+    out: dict[object, tuple[np.ndarray, np.ndarray]] = {}
+    sub = _rows(points, dataset, list(dict.fromkeys([x, metric])))
+    if sub.empty:  # no seed column (nothing to pair) or no point
+        return out
+    sub = sub[sub["algorithm"] == algorithm]
+    key = _order_key(sub)[0]
+    for s, cell in sub.groupby("seed", sort=True):
+        curve = cell.groupby(key, sort=True)[[x, metric]].mean()
+        out[s] = (curve[x].to_numpy(float), curve[metric].to_numpy(float))
+    return out
+
+
+def first_crossing(x: np.ndarray, y: np.ndarray, target: float) -> float:
+    """Smallest x where the piecewise-linear curve (x, y) reaches target; NaN if it never does."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    keep = ~(np.isnan(x) | np.isnan(y))
+    x, y = x[keep], y[keep]
+    order = np.argsort(x, kind="stable")
+    x, y = x[order], y[order]
+    hits = np.flatnonzero(y >= target)
+    if hits.size == 0:
+        return float("nan")
+    i = int(hits[0])
+    if i == 0:
+        return float(x[0])
+    x0, x1, y0, y1 = x[i - 1], x[i], y[i - 1], y[i]
+    return float(x0 + (target - y0) * (x1 - x0) / (y1 - y0))
+
+
+def tail_probability(n: int, confidence: float) -> float:
+    """Each tail's probability for the percentile interval over ``n`` seeds: Hesterberg's
+    expanded percentile interval. A plain 95% percentile interval of a mean spreads like a normal
+    interval with the ddof=0 standard error, so over few seeds it is too narrow; taking the tails
+    at z = sqrt(n / (n - 1)) t_{n-1} instead of z_0.975 gives it the t interval's width for
+    normal values (0.1% tails at 5 seeds, 0.9% at 10)."""
+    q = np.sqrt(n / (n - 1)) * student_t.ppf(0.5 + confidence / 2.0, n - 1)
+    return float(norm.sf(q))
+
+
+def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """num / den elementwise; 0 / 0 (both met the target with no compute at all) counts as 1."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.asarray(num, float) / np.asarray(den, float)
+    both_zero = (np.asarray(num) == 0) & (np.asarray(den) == 0)
+    return np.where(both_zero, 1.0, r)
+
+
+def paired_ratio_of_means(
+    num_lower: np.ndarray,
+    num_upper: np.ndarray,
+    den_lower: np.ndarray,
+    den_upper: np.ndarray,
+    *,
+    reps: int = 10_000,
+    seed: int | np.random.Generator = 0,
+    confidence: float = 0.95,
+) -> tuple[float, float, float]:
+    """Ratio of means sum(num) / sum(den) over seeds with a paired, censoring-aware interval.
+
+    Each side is given per seed as bounds: an observed compute has lower == upper; a curve that
+    never reached its target has lower = the compute it spent (it would need at least that) and
+    upper = inf (it may never get there). The point estimate is sum(num_lower) / sum(den_lower),
+    failures counted at the compute spent. The interval is conservative both ways: its lower end
+    is the percentile of sum(num_lower) / sum(den_upper) and its upper end that of
+    sum(num_upper) / sum(den_lower), over the same resamples of seeds (``reps`` draws of n seed
+    indices with replacement from ``default_rng(seed)``, shared by both sides). Without a failure
+    both are the percentile interval of the ratio of means, with Hesterberg's expanded tails
+    (:func:`tail_probability`) taken at the replicate at or just outside the nominal rank
+    (``method="lower"`` / ``"higher"``), so that an end never interpolates between a finite
+    replicate and an infinite one.
+
+    Returns:
+        (estimate, lo, hi): NaN throughout without a seed; NaN interval with one.
+    """
+    arrays = [np.asarray(a, float) for a in (num_lower, num_upper, den_lower, den_upper)]
+    n = arrays[0].size
+    if n == 0:
+        return (float("nan"),) * 3
+    nl, nu, dl, du = arrays
+    estimate = float(_ratio(nl.sum(), dl.sum()))
+    if n < 2:
+        return estimate, float("nan"), float("nan")
+    idx = np.random.default_rng(seed).integers(0, n, size=(reps, n))
+    low = _ratio(nl[idx].sum(axis=1), du[idx].sum(axis=1))
+    high = _ratio(nu[idx].sum(axis=1), dl[idx].sum(axis=1))
+    alpha = tail_probability(n, confidence)
+    lo = float(np.nanpercentile(low, 100 * alpha, method="lower"))
+    hi = float(np.nanpercentile(high, 100 * (1 - alpha), method="higher"))
+    return estimate, lo, hi
+
+
+def format_ratio(v: float) -> str:
+    """A ratio for a sentence: two decimals, more where two would round a ratio that is not 1
+    to a bare "1.00" that hides which side is ahead (1.004 -> "1.004", 0.99996 -> "0.99996")."""
+    if not np.isfinite(v):
+        return "∞" if v > 0 else "–"
+    digits = 2
+    while v != 1.0 and f"{v:.{digits}f}" == "1." + "0" * digits and digits < 12:
+        digits += 1
+    return f"{v:.{digits}f}"
+
+
 #: What the compute-to-target interval is and the coverage it reaches: Hesterberg's expanded
-#: percentile bootstrap over seeds (:func:`analysis.verdicts.paired_ratio_of_means`), which
+#: percentile bootstrap over seeds (:func:`paired_ratio_of_means`), which
 #: ignores the start's variance and the items and covers about 90% in simulation
 #: (docs/statistics.md), not the 95% it is computed at.
 TARGET_INTERVAL = "per-seed bootstrap, coverage about 90% in simulation, not 95%"
@@ -239,7 +391,7 @@ def compute_to_target(
     The ratio to the reference also gets a paired interval over seeds (every algorithm of a seed
     shares its warm start): per seed present for both, each curve's own crossing of the target
     (with the default target, the target baseline's final of that seed), and the ratio of means
-    over seeds resampled together (:func:`analysis.verdicts.paired_ratio_of_means`; a seed whose
+    over seeds resampled together (:func:`paired_ratio_of_means`; a seed whose
     curve never reaches the target is censored: counted at the compute it spent for one end of
     the interval and as infinite for the other, so it widens the interval towards "unknown").
 
@@ -348,7 +500,7 @@ def _paired_ratio(
         den_lo.append(den[0])
         den_hi.append(den[1])
         unreached += int(np.isinf(num[1]) or np.isinf(den[1]))
-    est, lo, hi, _ = paired_ratio_of_means(
+    est, lo, hi = paired_ratio_of_means(
         np.array(num_lo), np.array(num_hi), np.array(den_lo), np.array(den_hi),
         reps=reps, seed=seed, confidence=confidence,
     )  # fmt: skip
@@ -360,8 +512,9 @@ def _paired_ratio(
         "interval": TARGET_INTERVAL if n >= 2 and np.isfinite(lo) else "",
         "n_seeds": n,
         "n_unreached": unreached,
-        # the reference needs less (lo > 1) or more (hi < 1) compute than algo, beyond noise
-        "resolved": ratio_verdict(lo, hi, n) in (HOLDS, DOES_NOT_HOLD),
+        # the reference needs less (lo > 1) or more (hi < 1) compute than algo, beyond noise,
+        # over enough seeds to tell
+        "resolved": bool(n >= MIN_VERDICT_SEEDS and (lo > 1 or hi < 1)),
     }
 
 
@@ -422,7 +575,7 @@ def describe_compute_to_target(table: pd.DataFrame, reference: str = REFERENCE) 
             missed = int(_number(row, "n_unreached", 0.0))
             if missed:
                 seeds += f", {missed} where a curve never reached the target"
-            few = n < MIN_VERDICT_SEEDS  # as the verdicts: too few seeds to tell either way
+            few = n < MIN_VERDICT_SEEDS  # too few seeds to tell either way
             if not few and lo > 1:
                 lines.append(
                     f"{reference} reaches {goal} with {format_ratio(paired)}x {fewer} {what} "

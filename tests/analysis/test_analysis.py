@@ -376,7 +376,7 @@ def test_write_report_and_log_it(
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name
         assert f"({name})" in text, name
     assert "![" in text
-    # sppo is 16x faster on every seed, but 3 seeds draw no verdict (analysis.verdicts).
+    # sppo is 16x faster on every seed, but 3 seeds draw no verdict (MIN_VERDICT_SEEDS).
     assert "not resolved at this power (a verdict needs 5 seeds): the rollout tokens sppo" in text
     assert "fewer rollout tokens than grpo" not in text
     assert "| algorithm | AIME24 | MATH500 | Average |" in text

@@ -82,7 +82,7 @@ def test_a_consistent_loss_is_told_as_more() -> None:
     assert line.startswith("sppo needs 1.38x more rollout samples than grpo to reach")
     assert "(paired interval over 5 seeds, per-seed bootstrap, coverage about 90% in " in line
     assert "95% paired" not in line
-    # The same consistent loss over 4 seeds: an interval, but no verdict (as analysis.verdicts).
+    # The same consistent loss over 4 seeds: an interval, but no verdict (MIN_VERDICT_SEEDS).
     row4, text4 = _grpo_row(_points({0: 1.3, 1: 1.4, 2: 1.35, 3: 1.45}))
     assert row4["ratio_hi"] < 1 and not bool(row4["resolved"])
     (line4,) = text4

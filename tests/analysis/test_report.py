@@ -432,6 +432,14 @@ def test_the_report_on_the_micro_suite_store_reads_claims_and_items(micro_suite,
     assert "two or more groups with distinct horizons" in table.loc[0, "note"]
     assert table.loc[1, "n_starts"] == 1 and bool(table.loc[1, "conditional"])
     assert "conditional on one start" in section
+    # one seed per algorithm: compute to target has no interval, so no "fewer" or "more" claim
+    ctt = text.split("## Compute to target", 1)[1].split("\n## ", 1)[0]
+    told = [
+        ln for ln in ctt.splitlines() if ln.startswith("- ") and ("fewer" in ln or "more" in ln)
+    ]
+    assert all(
+        ln.startswith("- not resolved (no interval: one curve per algorithm)") for ln in told
+    )
 
 
 def test_a_resolved_claim_gets_a_verdict_and_only_then_fewer(tmp_path: Path) -> None:
