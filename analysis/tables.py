@@ -41,7 +41,7 @@ from ._common import (
 )
 from .claims import Claim
 from .curves import final_scores, score_dict
-from .gates import claim_datasets, evaluate_gates, untestable
+from .gates import CEILING, claim_datasets, evaluate_gates, saturation, untestable
 from .load import eval_points
 from .protocol import (
     ClaimEstimate,
@@ -600,6 +600,7 @@ CLAIM_COLUMNS = (
     "ratio",
     "ratio_censored",
     "ratio_starts",
+    "sensitivity",
 )
 #: The protocol's direction for each declared one (:data:`analysis.claims.DIRECTIONS`).
 _DIRECTION = {
@@ -686,6 +687,7 @@ def claims_table(
             censored=0,
             gates="",
             note="",
+            sensitivity="",
         )
         est = None
         absent = [x for x in (c.a, c.b) if x not in present]
@@ -718,6 +720,7 @@ def claims_table(
                 )
                 if c.estimand == "area_difference":
                     row.update(_ratio_beside(items, c, used, seed))
+                row["sensitivity"] = _without_saturated(c, items, seed)
                 row["verdict"] = untestable(gates)
                 if row["verdict"] is not None:
                     row["mde_alpha"] = alpha / c.family.size
@@ -748,6 +751,40 @@ def claims_table(
                 )  # fmt: skip
             )
     return pd.DataFrame(rows, columns=list(CLAIM_COLUMNS))
+
+
+def _without_saturated(claim: Claim, items: pd.DataFrame, seed: int) -> str:
+    """The sensitivity line: the claim re-estimated without the starts that fail the saturation
+    check (a and b end at or above the ceiling on every group it uses), labelled as not the
+    verdict; empty when no start fails. Why: a saturated start contributes an effect near 0 by
+    construction, which pulls an estimate toward "no difference" (toward non-inferiority); the
+    line shows how much the verdict leans on such starts, without choosing starts after the
+    fact for the verdict itself."""
+    sat = saturation(claim, items)
+    if sat.empty:
+        return ""
+    every = sat.groupby("start")["saturated"].all()
+    dropped = sorted(every[every].index, key=str)
+    if not dropped:
+        return ""
+    keep = sorted(every[~every].index, key=str)
+    head = (
+        f"sensitivity, not the verdict: without the {len(dropped)} start"
+        f"{'s' if len(dropped) > 1 else ''} where {claim.a} and {claim.b} end >= {CEILING:g} on "
+        f"every group used ({', '.join(map(str, dropped))})"
+    )
+    if len(keep) < 2:
+        return f"{head}: {len(keep)} start left, no estimate over starts"
+    try:
+        e = estimate_claim(claim, items[items["start"].isin(keep)], seed=seed)
+    except ValueError as err:
+        return f"{head}: not estimated ({err})"
+    ratio = claim.estimand == "compute_ratio"
+    point = _ratio_point(e.effect, e.censored) if ratio else _signed(e.effect, False)
+    return (
+        f"{head}: {point}, {e.level:.0%} interval {_span(e.lo, e.hi, ratio)} over "
+        f"{e.n_starts} starts"
+    )
 
 
 def _ratio_beside(items: pd.DataFrame, claim: Claim, used: list[str], seed: int) -> dict:
@@ -901,9 +938,11 @@ def describe_claims(table: pd.DataFrame) -> list[str]:
                 )
                 + "."
             )
+        sens = r.get("sensitivity")
+        sensitivity = f" *{sens[0].upper()}{sens[1:]}.*" if isinstance(sens, str) and sens else ""
         lines.append(
             f"- {head}: {effect}; {interval}; {adjusted}: **{r['verdict']}**; {mde}. "
-            f"Gates: {r['gates'] or 'none declared'}.{described}"
+            f"Gates: {r['gates'] or 'none declared'}.{described}{sensitivity}"
         )
     return lines
 

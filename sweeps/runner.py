@@ -258,16 +258,20 @@ class _Objective:
         """Record the spec's ``admissible`` metrics, whether the trial reaches every minimum, and
         the constraint values the sampler reads (``Trial.set_constraint``, <= 0: feasible).
 
-        A metric is read as the claims' ``final_min`` gates read it: its final value per start
-        (mean over that start's runs), then the weakest start. A mean over starts would admit a
-        setting whose critic learns on one start and not on the other, and the suite the sweep
-        tunes would then find its claim untestable on that very start. A metric a run never
-        logged counts as missed."""
+        A metric is read per start as the claims' gates read it (:mod:`analysis.gates`, the one
+        implementation of "can this testbed separate the algorithms"): per start the mean over
+        its runs (:func:`analysis.gates.per_start_means`), then :func:`analysis.gates.start_gate`
+        at its weakest start. The claims gate a critic on the 95% lower bound of the mean over
+        five or more starts; a trial has two, where that bound has t = 6.31 and admits nothing,
+        so the screen asks every start to reach the minimum. A metric a run never logged counts
+        as missed. The runs' final values are read (a claims suite logs its critics' statistics
+        at the final eval only, so that is the late-eval mean the claims read)."""
         rules = self.ctx.spec.admissible_for(algorithm)
         if not rules:
             return
         from mlflow.tracking import MlflowClient
 
+        from analysis.gates import start_gate
         from benchmarks.telemetry import metrics as M
 
         client = MlflowClient(self.ctx.tracking_uri)
@@ -276,11 +280,11 @@ class _Objective:
         ok = True
         for metric, minimum in rules.items():
             per_start = final_per_start(finals, metric)
-            value = min(per_start.values()) if per_start else None
+            gate = start_gate(metric, per_start, minimum, confidence=None)
+            value = gate.value if per_start else None
             trial.set_user_attr(f"final/{metric}", value)
             trial.set_user_attr(f"final_per_start/{metric}", per_start)
-            miss = value is None or not math.isfinite(value) or value < minimum
-            ok = ok and not miss
+            ok = ok and gate.passes
             margin = 1.0 if value is None or not math.isfinite(value) else minimum - value
             trial.set_constraint(metric, margin)
         trial.set_user_attr(_ATTR_ADMISSIBLE, ok)
@@ -289,14 +293,14 @@ class _Objective:
 def final_per_start(
     finals: Sequence[tuple[str, Mapping[str, float]]], metric: str
 ) -> dict[str, float]:
-    """``metric``'s final value per start, averaged over the start's runs, from (start, final
-    metrics) pairs, one per run; empty when any run lacks the metric (the trial then misses)."""
+    """``metric``'s final value per start, averaged over the start's runs
+    (:func:`analysis.gates.per_start_means`), from (start, final metrics) pairs, one per run;
+    empty when any run lacks the metric (the trial then misses)."""
+    from analysis.gates import per_start_means
+
     if not finals or any(metric not in m for _, m in finals):
         return {}
-    by_start: dict[str, list[float]] = {}
-    for start, m in finals:
-        by_start.setdefault(start, []).append(float(m[metric]))
-    return {s: sum(v) / len(v) for s, v in sorted(by_start.items())}
+    return per_start_means((start, float(m[metric])) for start, m in finals)
 
 
 # --------------------------------------------------------------------------- MLflow callback

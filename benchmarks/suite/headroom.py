@@ -5,9 +5,14 @@ start leaves no prompt half-solved. Four properties, checked on every suite and 
 table (thresholds: docs/design.md §8):
 
 * the start is far from solved: mean start accuracy <= 0.5;
-* no algorithm saturates: every algorithm's mean final accuracy < 0.95;
+* no algorithm saturates: every algorithm's mean final accuracy < 0.95 (the ceiling the claims'
+  saturation gate reads, :data:`analysis.gates.CEILING`);
 * learning is visible: the best algorithm's mean gain over the start >= 0.15;
 * difficulty varies: at the start, >= 30% of held-out prompts have a success rate in [0.1, 0.9].
+
+The values come from :func:`analysis.gates.separation`, the one implementation of "can this
+testbed separate the algorithms" that the claims' gates and a sweep's admissibility call too; a
+check is an :class:`analysis.gates.Gate`.
 """
 
 from __future__ import annotations
@@ -17,34 +22,28 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pandas as pd
+
+from analysis.gates import CEILING, Gate, separation
+
 __all__ = ["THRESHOLDS", "HeadroomCheck", "headroom"]
 
 #: name -> (threshold, direction): the property holds when value <= (or >=) the threshold.
 THRESHOLDS: dict[str, tuple[float, str]] = {
     "start_accuracy": (0.5, "<="),
-    "best_final_accuracy": (0.95, "<"),
+    "best_final_accuracy": (CEILING, "<"),
     "best_gain": (0.15, ">="),
     "start_mid_fraction": (0.30, ">="),
 }
 
 
 @dataclass(frozen=True)
-class HeadroomCheck:
-    name: str
-    value: float
-    threshold: float
-    direction: str
-    detail: str
+class HeadroomCheck(Gate):
+    """One headroom property: a :class:`analysis.gates.Gate` with the suite's line format."""
 
     @property
     def holds(self) -> bool:
-        if self.value != self.value:  # NaN: not measured
-            return False
-        return {
-            "<=": self.value <= self.threshold,
-            "<": self.value < self.threshold,
-            ">=": self.value >= self.threshold,
-        }[self.direction]
+        return self.passes
 
     def line(self) -> str:
         mark = "ok  " if self.holds else "FAIL"
@@ -61,30 +60,25 @@ def headroom(
     start_accuracy, final_accuracy) and its per-seed warm-start info (``difficulty``)."""
     done = [r for r in runs if r.status == "FINISHED"]
     nan = float("nan")
-    by_alg: dict[str, list[Any]] = {}
-    for r in done:
-        by_alg.setdefault(r.algorithm, []).append(r)
-    finals = {a: statistics.fmean(r.final_accuracy for r in rs) for a, rs in by_alg.items()}
-    gains = {
-        a: statistics.fmean(r.final_accuracy - r.start_accuracy for r in rs)
-        for a, rs in by_alg.items()
-    }
-    start = statistics.fmean(r.start_accuracy for r in done) if done else nan
+    acc = pd.DataFrame(
+        [(r.algorithm, r.start_accuracy, r.final_accuracy) for r in done],
+        columns=["algorithm", "first", "last"],
+    )
+    sep = separation(acc)
     mids = [
         float(info["difficulty"]["mid_fraction"])
         for info in warmstart.values()
         if info.get("difficulty")
     ]
-    best_final = max(finals, key=finals.__getitem__) if finals else None
-    best_gain = max(gains, key=gains.__getitem__) if gains else None
+    best_final, best_gain = sep.best_final_algorithm, sep.best_gain_algorithm
     values = {
-        "start_accuracy": (start, f"mean over {len(done)} runs"),
+        "start_accuracy": (sep.start, f"mean over {len(done)} runs"),
         "best_final_accuracy": (
-            finals[best_final] if best_final else nan,
+            sep.best_final,
             f"{best_final}, mean over seeds" if best_final else "no finished run",
         ),
         "best_gain": (
-            gains[best_gain] if best_gain else nan,
+            sep.best_gain,
             f"{best_gain}, mean final minus start over seeds" if best_gain else "no run",
         ),
         "start_mid_fraction": (
