@@ -27,6 +27,13 @@ Monte Carlo with common random numbers (error about 1e-4 on the accuracy scale).
 :func:`null_design` moves ``shift`` (final difference, area difference) or ``slope`` (horizon
 slope) so that the truth is 0.
 
+:func:`critic_gate_pass_rates` simulates the critic gate (:mod:`analysis.gates`): per start a
+true level of the critic's statistic (normal around ``level``, sd ``start_sd``), per eval of the
+second half of the run that level plus eval-to-eval noise (sd ``eval_sd``); the old rule reads
+the last eval of every start against the threshold ("min of S"), the new one the one-sided 95%
+lower bound over starts of each start's late-eval mean. ``python -m analysis.simulate gates``
+prints the table in docs/statistics.md (:func:`critic_gate_table`).
+
 ``python -m analysis.simulate`` prints the area difference's table in docs/statistics.md:
 coverage and null rejection at 3, 5 and 10 starts, and its power beside the compute ratio's
 where a reaches b's final accuracy twice as fast.
@@ -52,9 +59,12 @@ from .protocol import (
 
 __all__ = [
     "START_DISTS",
+    "CriticDesign",
     "Design",
     "SimulationResult",
     "area_table",
+    "critic_gate_pass_rates",
+    "critic_gate_table",
     "evaluate",
     "null_design",
     "simulate_items",
@@ -401,6 +411,73 @@ def area_table(suites: int = 2000, ratio_suites: int = 1000, seed: int = 0) -> l
     return lines
 
 
+@dataclass(frozen=True)
+class CriticDesign:
+    """A critic's gate statistic over starts (module docstring): the true mean over starts,
+    the spread of the per-start level, the eval-to-eval noise and how many evals fall in the
+    second half of a run (the last eval among them)."""
+
+    level: float
+    start_sd: float = 0.0
+    eval_sd: float = 0.05
+    late_evals: int = 1
+
+    def __post_init__(self) -> None:
+        if self.late_evals < 1:
+            raise ValueError(f"late_evals must be >= 1, got {self.late_evals}")
+        if self.start_sd < 0 or self.eval_sd < 0:
+            raise ValueError(f"sds must be >= 0, got {self.start_sd}, {self.eval_sd}")
+
+
+def critic_gate_pass_rates(
+    design: CriticDesign, n_starts: int, threshold: float, n: int = 4000, seed: int = 0
+) -> dict[str, float]:
+    """How often each rule passes a critic of ``design`` over ``n_starts`` starts, in ``n``
+    simulated suites: ``"min"``, every start's last eval at least ``threshold`` (the old gate);
+    ``"bound"``, the one-sided 95% lower bound over starts of the late-eval means at least
+    ``threshold`` (:func:`analysis.gates.lower_bound`, the gate the claims read)."""
+    from .gates import lower_bound
+
+    rng = np.random.default_rng(seed)
+    level = design.level + design.start_sd * rng.standard_normal((n, n_starts))
+    x = level[..., None] + design.eval_sd * rng.standard_normal((n, n_starts, design.late_evals))
+    old = (x[..., -1].min(axis=-1) >= threshold).mean()
+    new = (lower_bound(x.mean(axis=-1)) >= threshold).mean()
+    return {"min": float(old), "bound": float(new)}
+
+
+#: The designs of docs/statistics.md's gate table: (label, design, threshold). The issue's case
+#: (held-out EV 0.15 on every start against 0.1, eval noise 0.05 and 0.07); learning critics on
+#: the prompt-level Pearson at the levels and start spreads the claims suites measured (their
+#: mean 0.39-0.72, sd over starts 0.12-0.21); the inert critic at the calibrated threshold (the
+#: worst case the calibration allows) and at its measured mean (0.180, sd 0.213).
+GATE_DESIGNS: tuple[tuple[str, CriticDesign, float], ...] = (
+    ("EV 0.15 every start, noise 0.05 (vs 0.1)", CriticDesign(0.15, 0.0, 0.05), 0.1),
+    ("EV 0.15 every start, noise 0.07 (vs 0.1)", CriticDesign(0.15, 0.0, 0.07), 0.1),
+    ("EV 0.15, noise 0.07, 3 late evals (vs 0.1)", CriticDesign(0.15, 0.0, 0.07, 3), 0.1),
+    ("learning: Pearson 0.45, start sd 0.15", CriticDesign(0.45, 0.15, 0.05), 0.303),
+    ("learning: Pearson 0.60, start sd 0.15", CriticDesign(0.60, 0.15, 0.05), 0.303),
+    ("inert at the threshold: 0.303, sd 0.213", CriticDesign(0.303, 0.213, 0.05), 0.303),
+    ("inert as measured: 0.180, sd 0.213", CriticDesign(0.180, 0.213, 0.05), 0.303),
+)
+
+
+def critic_gate_table(n: int = 4000, seed: int = 0) -> list[str]:
+    """docs/statistics.md's gate table: each design's pass rate under "min of S" and under the
+    lower bound, at 3, 5 and 10 starts (``n`` suites a cell)."""
+    lines = [
+        "| critic (threshold) | min of 3 | bound, 3 | min of 5 | bound, 5 | min of 10 | bound, 10 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for i, (label, design, threshold) in enumerate(GATE_DESIGNS):
+        cells = []
+        for j, starts in enumerate((3, 5, 10)):
+            r = critic_gate_pass_rates(design, starts, threshold, n, seed + 100 * i + j)
+            cells += [f"{r['min']:.3f}", f"{r['bound']:.3f}"]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def simulate_items(design: Design, seed: int = 0, a: str = "sppo", b: str = "grpo") -> pd.DataFrame:
     """One simulated suite as an item table (:data:`analysis.protocol.ITEM_COLUMNS`), every
     eval of every run; datasets ``sim_h<h>`` with their horizons; compute = budget fraction x
@@ -430,11 +507,17 @@ def simulate_items(design: Design, seed: int = 0, a: str = "sppo", b: str = "grp
     return pd.concat(frames, ignore_index=True)[list(ITEM_COLUMNS)]
 
 
-if __name__ == "__main__":  # python -m analysis.simulate [suites] [ratio_suites]
+if __name__ == "__main__":  # python -m analysis.simulate [suites] [ratio_suites] | gates [n]
     import sys
     import time
 
     t0 = time.time()
+    if sys.argv[1:2] == ["gates"]:
+        n = int(sys.argv[2]) if len(sys.argv) > 2 else 4000
+        for line in critic_gate_table(n):
+            sys.stdout.write(line + "\n")
+        sys.stdout.write(f"\n{n} suites a cell; {time.time() - t0:.0f} s.\n")
+        sys.exit(0)
     args = [int(v) for v in sys.argv[1:3]]
     for line in area_table(*args):
         sys.stdout.write(line + "\n")

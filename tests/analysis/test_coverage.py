@@ -97,3 +97,55 @@ def test_the_area_has_power_where_the_compute_ratio_loses_it(n_starts):
     assert ratio.rejection <= RATIO_BOUND, ratio
     assert area.rejection > RATIO_BOUND, area
     assert area.rejection > 2 * ratio.rejection
+
+
+# --- the critic gate: pass rates of "min of S" and of the lower bound over starts ----------------
+
+N_GATE = 20000
+GATE_SE = np.sqrt(0.05 * 0.95 / N_GATE)
+
+
+@pytest.mark.parametrize("eval_sd", [0.05, 0.07])
+def test_the_bound_passes_a_learning_critic_more_often_with_more_starts(eval_sd):
+    """The issue's case: held-out EV 0.15 on every start, against 0.1, one eval a start with
+    eval-to-eval noise 0.05-0.07. "Min of S" fails it more often as starts are added (about
+    0.25-0.42 at 5, 0.06-0.18 at 10); the lower bound of the mean passes it more often (about
+    0.36-0.58 at 5, 0.68-0.90 at 10). With N_GATE suites a rate's standard error is below 0.4
+    points, so every ordering below holds by tens of standard errors."""
+    from analysis.simulate import CriticDesign, critic_gate_pass_rates
+
+    design = CriticDesign(level=0.15, start_sd=0.0, eval_sd=eval_sd)
+    five = critic_gate_pass_rates(design, 5, 0.1, N_GATE, seed=5)
+    ten = critic_gate_pass_rates(design, 10, 0.1, N_GATE, seed=10)
+    assert ten["min"] < five["min"] - 0.1
+    assert ten["bound"] > five["bound"] + 0.2
+    assert ten["bound"] > 0.6 and five["bound"] > ten["min"] + 0.2
+
+
+def test_the_bound_passes_a_learning_pearson_more_often_with_more_starts():
+    """A learning critic on the prompt-level Pearson, at the marginal level the chain_sum
+    critics showed (mean 0.45, start sd 0.15), against the calibrated 0.303."""
+    from analysis.gates import CRITIC_PEARSON_MIN
+    from analysis.simulate import CriticDesign, critic_gate_pass_rates
+
+    design = CriticDesign(level=0.45, start_sd=0.15, eval_sd=0.05)
+    five = critic_gate_pass_rates(design, 5, CRITIC_PEARSON_MIN, N_GATE, seed=15)
+    ten = critic_gate_pass_rates(design, 10, CRITIC_PEARSON_MIN, N_GATE, seed=20)
+    assert ten["bound"] > five["bound"] + 0.2 and ten["bound"] > 0.8
+    assert ten["min"] < five["min"]
+
+
+@pytest.mark.parametrize("n_starts", [5, 10])
+@pytest.mark.parametrize("level", [0.303, 0.180])
+def test_the_bound_passes_an_inert_critic_at_most_five_percent(n_starts, level):
+    """An inert critic (sd over starts 0.213, as measured) whose true level is the threshold
+    (the worst case the calibration allows) passes at about 5%, held to 0.05 + 2.33 standard
+    errors; at its measured level (0.180) almost never."""
+    from analysis.gates import CRITIC_PEARSON_MIN
+    from analysis.simulate import CriticDesign, critic_gate_pass_rates
+
+    design = CriticDesign(level=level, start_sd=0.213, eval_sd=0.05)
+    rate = critic_gate_pass_rates(design, n_starts, CRITIC_PEARSON_MIN, N_GATE, seed=n_starts)
+    assert rate["bound"] <= 0.05 + 2.33 * GATE_SE, rate
+    if level < CRITIC_PEARSON_MIN:
+        assert rate["bound"] < 0.01, rate
