@@ -406,7 +406,7 @@ def critic_gates(claim: Claim, items: pd.DataFrame, df: pd.DataFrame | None) -> 
     critic's held-out explained variance (mean and bound) beside it. None: not measured."""
     gates = []
     for algorithm, pearson in _critics(claim).items():
-        name = f"{algorithm} critic {pearson}, late evals"
+        name = f"{algorithm} {pearson}, late-eval mean"
         if df is None:
             gates.append(Gate(name, float("nan"), CRITIC_PEARSON_MIN, ">="))
             continue

@@ -513,8 +513,10 @@ def _claims_section(
         wide.columns = [f"{a} {m}" for a, m in wide.columns]
         w.table(
             "claims_gates_per_start",
-            "The critics' gate metrics per start (final value, mean over the start's RL seeds; "
-            "the gate needs every start at its minimum)",
+            "The critics' gate statistics per start (each run's mean over the second half of "
+            "the evals that logged it, then the mean over the start's RL seeds): the gate reads "
+            "the prompt-level Pearson's one-sided 95% lower bound of the mean over starts; a "
+            "token critic's held-out explained variance is shown beside it, not gated",
             critics,
             wide.reset_index(),
         )

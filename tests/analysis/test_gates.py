@@ -145,8 +145,8 @@ def test_every_gate_passes_on_a_suite_with_headroom_and_learning_critics():
         ("start accuracy at arith_h8", 0.2),
         ("best gain at arith_h8 (grpo)", 0.2),
         # the declared EV names ppo's token critic: it is gated on its first-value Pearson
-        (f"ppo critic {FV}, late evals, {bound}", round(0.61 - T95_1 * 0.01, 6)),
-        (f"sppo critic {CP}, late evals, {bound}", 0.5),
+        (f"ppo {FV}, late-eval mean, {bound}", round(0.61 - T95_1 * 0.01, 6)),
+        (f"sppo {CP}, late-eval mean, {bound}", 0.5),
         ("starts where sppo and ppo end >= 0.95 on every group used", 0.0),
     ]
     assert all(g.passes for g in gates) and untestable(gates) is None
@@ -185,12 +185,12 @@ def test_the_gain_gate_fires_on_a_group_where_nothing_learns():
         # ppo's Pearson at the inert critic's level on both starts: bound 0.2 < 0.303
         (
             {("ppo", FV): {"s0": 0.2, "s1": 0.2}, ("sppo", CP): {"s0": 0.5, "s1": 0.5}},
-            f"ppo critic {FV}, late evals, 95% lower bound over 2 starts = 0.200 (needs >= 0.303)",
+            f"ppo {FV}, late-eval mean, 95% lower bound over 2 starts = 0.200 (needs >= 0.303)",
         ),
         # sppo's critic high on average (0.45) but spread (0.3, 0.6): bound 0.45 - 0.947 < 0
         (
             {("ppo", FV): {"s0": 0.6, "s1": 0.62}, ("sppo", CP): {"s0": 0.3, "s1": 0.6}},
-            f"sppo critic {CP}, late evals, 95% lower bound over 2 starts = "
+            f"sppo {CP}, late-eval mean, 95% lower bound over 2 starts = "
             f"{0.45 - T95_1 * 0.15:.3f} (needs >= 0.303)",
         ),
     ],
@@ -205,7 +205,7 @@ def test_a_gate_whose_metric_was_not_logged_fails_as_not_measured():
     (horizon, _) = _claims(final_min={"sppo": {CP: 0.3}})
     message = untestable(evaluate_gates(horizon, _items(START, LEARNS), None))
     assert message == (
-        f"untestable on this testbed: sppo critic {CP}, late evals = not measured (needs >= 0.303)"
+        f"untestable on this testbed: sppo {CP}, late-eval mean = not measured (needs >= 0.303)"
     )
 
 
