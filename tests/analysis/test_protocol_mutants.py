@@ -1,0 +1,249 @@
+"""What the protocol's functions (analysis/protocol.py) promise beyond their worked examples in
+test_protocol.py, written for the mutation scope (docs/mutation.md): their refusals and the
+messages that name the bad input, the settings they pass on (datasets, seed, defaults), the
+fields of the estimate they return, the censored count, the t interval's folds, and that the
+edge cases they handle (a curve at its ceiling, a crossing at the first eval) warn nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from analysis.protocol import (
+    ITEM_COLUMNS,
+    area_difference,
+    compute_ratio,
+    holm,
+    linear_intervals,
+    ratio_intervals,
+)
+from analysis.simulate import Design, simulate_items
+
+
+@contextmanager
+def _no_warnings() -> Iterator[None]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        yield
+
+
+def _curves(curves: dict, items: int = 10, datasets: tuple[str, ...] = ("d",)) -> pd.DataFrame:
+    """{(start, seed, algorithm): [accuracy at fractions 0.25, 0.5, 0.75, 1]} -> item table, the
+    first round(acc * items) items correct, compute 1000 x fraction, on each of ``datasets``."""
+    rows = []
+    for (start, seed, algo), accs in curves.items():
+        for ds in datasets:
+            for f, acc in zip((0.25, 0.5, 0.75, 1.0), accs, strict=True):
+                for i in range(items):
+                    rows.append((start, seed, algo, ds, np.nan, f"i{i}", f, 1000 * f,
+                                 float(i < round(acc * items))))  # fmt: skip
+    return pd.DataFrame(rows, columns=list(ITEM_COLUMNS))
+
+
+B = [0.2, 0.4, 0.6, 0.6]  # b reaches 0.6 at 750 (test_protocol.test_compute_ratio_hand_worked)
+
+
+# --- Holm ------------------------------------------------------------------------------------
+
+
+def test_holm_refuses_levels_and_p_values_outside_their_ranges() -> None:
+    for alpha in (0.0, 1.0, 1.5, -0.1):
+        with pytest.raises(ValueError) as err:
+            holm([0.01], alpha)
+        assert str(err.value) == f"alpha must be in (0, 1), got {alpha}"
+    for bad in ([1.5, 0.1], [-0.01]):
+        with pytest.raises(ValueError) as err:
+            holm(bad)
+        assert str(err.value) == f"p-values must be in [0, 1], got {bad}"
+    with pytest.raises(ValueError) as err:
+        holm([0.1, 0.2], family_size=1)
+    assert str(err.value) == "family_size=1 is smaller than the 2 p-values given"
+    # the ends of both ranges are accepted: p = 0 and p = 1, alpha just inside (0, 1)
+    rows = holm([0.0, 1.0], alpha=0.999)
+    assert [(r.p, r.rank, r.rejected) for r in rows] == [(0.0, 1, True), (1.0, 2, False)]
+    assert [r.alpha_adj for r in holm([0.0, 1.0], alpha=1e-9)] == [1e-9 / 2, 1e-9]
+
+
+def test_holm_rows_hold_plain_numbers_and_untested_members_read_p_one() -> None:
+    """An untested member (NaN) enters as p = 1 and is shown so; every field is a plain Python
+    number of its documented type."""
+    rows = holm([float("nan"), 0.004, 0.03], alpha=0.05, family_size=4)
+    assert [r.p for r in rows] == [1.0, 0.004, 0.03]
+    assert [r.rank for r in rows] == [3, 1, 2]
+    assert [r.alpha_adj for r in rows] == pytest.approx([0.05 / 2, 0.05 / 4, 0.05 / 3])
+    assert [r.p_adj for r in rows] == pytest.approx([1.0, 0.016, 0.09])
+    # 0.004 <= 0.05 / 4 is rejected; 0.03 > 0.05 / 3 stops the step-down
+    assert [r.rejected for r in rows] == [False, True, False]
+    for r in rows:
+        assert type(r.p) is float and type(r.rank) is int and type(r.rejected) is bool
+        assert type(r.alpha_adj) is float and type(r.p_adj) is float
+
+
+# --- compute_ratio's settings and fields -----------------------------------------------------
+
+
+def test_compute_ratio_names_what_it_compared_and_its_scale() -> None:
+    items = _curves({
+        ("s1", 1, "a"): [0.4, 0.6, 0.6, 0.6], ("s1", 1, "b"): B,
+        ("s2", 2, "a"): [0.3, 0.5, 0.7, 0.5], ("s2", 2, "b"): B,
+    })  # fmt: skip
+    est = compute_ratio(items, "a", "b", folds=1)
+    assert (est.estimand, est.a, est.b, est.scale) == ("compute_ratio", "a", "b", "log")
+    assert (est.n_starts, est.n_seeds, est.censored) == (2, 1, 0)
+    with pytest.raises(ValueError) as err:
+        compute_ratio(items, "a", "b", denominator="final")
+    assert str(err.value) == "denominator must be 'crossing' or 'budget', got 'final'"
+
+
+def test_compute_ratio_reads_only_the_datasets_asked_for() -> None:
+    """On dataset e, a is slower than on d: the ratio on ``datasets=["d"]`` is d's alone, the
+    same as on the item table without e, and not the ratio over both."""
+    d = _curves({
+        ("s1", 1, "a"): [0.4, 0.6, 0.6, 0.6], ("s1", 1, "b"): B,
+        ("s2", 2, "a"): [0.3, 0.5, 0.7, 0.5], ("s2", 2, "b"): B,
+    })  # fmt: skip
+    e = _curves({
+        ("s1", 1, "a"): [0.1, 0.2, 0.3, 0.6], ("s1", 1, "b"): B,
+        ("s2", 2, "a"): [0.1, 0.1, 0.2, 0.6], ("s2", 2, "b"): B,
+    }, datasets=("e",))  # fmt: skip
+    both = pd.concat([d, e], ignore_index=True)
+    only_d = compute_ratio(both, "a", "b", ["d"], folds=1)
+    assert only_d.per_start == pytest.approx(compute_ratio(d, "a", "b", folds=1).per_start)
+    assert only_d.per_start == pytest.approx((2 / 3, 1.0))
+    assert compute_ratio(both, "a", "b", folds=1).per_start != pytest.approx(only_d.per_start)
+    only_e = compute_ratio(both, "a", "b", ["e"], folds=1)
+    assert only_e.per_start == pytest.approx((4 / 3, 4 / 3))  # a at 1000, b at 750
+
+
+def test_compute_ratio_deals_its_folds_from_the_seed_given() -> None:
+    """The item folds are dealt from ``seed`` (default 0): another seed deals other folds, so
+    another jackknife variance, around the same effect."""
+    items = simulate_items(Design(n_starts=3, n_seeds=1, items=12, evals=4, speed=0.5), seed=4)
+    default = compute_ratio(items, "sppo", "grpo", folds=4)
+    assert default == compute_ratio(items, "sppo", "grpo", folds=4, seed=0)
+    other = compute_ratio(items, "sppo", "grpo", folds=4, seed=1)
+    assert other.effect == pytest.approx(default.effect, rel=1e-12)
+    assert other.se != pytest.approx(default.se, rel=1e-9)
+
+
+def test_the_censored_count_is_of_starts_and_on_one_start_of_seeds() -> None:
+    """Over two or more starts, ``censored`` counts the starts where a never reached the target
+    on some seed (two censored seeds of one start count once); over one start, whether any
+    seed was."""
+    never = [0.1, 0.2, 0.3, 0.4]
+    two = _curves({
+        ("s1", 1, "a"): never, ("s1", 1, "b"): B, ("s1", 2, "a"): never, ("s1", 2, "b"): B,
+        ("s2", 3, "a"): never, ("s2", 3, "b"): B,
+    })  # fmt: skip
+    assert compute_ratio(two, "a", "b", folds=1).censored == 2
+    three = pd.concat([two, _curves({("s3", 4, "a"): B, ("s3", 4, "b"): B})], ignore_index=True)
+    assert compute_ratio(three, "a", "b", folds=1).censored == 2
+    one = two[two["start"] == "s1"]
+    est = compute_ratio(one, "a", "b", folds=1)
+    assert est.n_starts == 1 and est.censored == 1
+
+
+def test_ratio_intervals_count_censored_starts_per_suite() -> None:
+    """The array path counts starts with a censored seed along the starts' axis of each suite."""
+    items = simulate_items(Design(n_starts=4, n_seeds=1, items=12, evals=5, speed=4.0), seed=4)
+    est = compute_ratio(items, "sppo", "grpo", folds=2)
+    assert est.censored >= 2
+    s, n, x, fractions = _dense(items, folds=2)
+    iv = ratio_intervals(np.stack([s, s]), np.stack([n, n]), np.stack([x, x]), fractions)
+    assert iv.censored.tolist() == [est.censored, est.censored]
+
+
+def _dense(items: pd.DataFrame, folds: int):
+    from analysis.protocol import _curve_arrays
+
+    arr = _curve_arrays(items, "sppo", "grpo", None, folds, 0, "compute_ratio")
+    take = [np.flatnonzero(row) for row in arr.runs]
+    pick = lambda v: np.stack([v[i, t] for i, t in enumerate(take)])  # noqa: E731
+    return pick(arr.s), pick(arr.n), pick(arr.x), arr.fractions
+
+
+# --- the linear t interval on arrays ---------------------------------------------------------
+
+
+def _sums(rng: np.random.Generator, u: int = 5, g: int = 3, k: int = 4):
+    n = rng.integers(3, 6, size=(u, g, k)).astype(float)
+    sa = rng.binomial(n.astype(int), 0.6).astype(float)
+    sb = rng.binomial(n.astype(int), 0.4).astype(float)
+    return sa, sb, n
+
+
+def test_linear_t_interval_with_one_fold_is_the_t_interval_over_starts() -> None:
+    """One item fold: no jackknife, the t interval of the starts' effects (n - 1 degrees of
+    freedom) and its two-sided p-value; the horizons, when given, make it the slope's."""
+    sa, sb, n = _sums(np.random.default_rng(1), k=1)
+    for h in (None, np.array([1.0, 2.0, 4.0])):
+        iv = linear_intervals(sa, sb, n, None if h is None else tuple(h), confidence=0.9)
+        d = sa[..., 0] / n[..., 0] - sb[..., 0] / n[..., 0]  # (U, G)
+        if h is None:
+            per = d.mean(axis=-1)
+        else:
+            w = n[..., 0]
+            hbar = (w * h).sum(-1, keepdims=True) / w.sum(-1, keepdims=True)
+            per = (w * (h - hbar) * d).sum(-1) / (w * (h - hbar) ** 2).sum(-1)
+        se = per.std(ddof=1) / math.sqrt(per.size)
+        half = stats.t.ppf(0.95, per.size - 1) * se
+        assert float(iv.effect) == pytest.approx(per.mean(), rel=1e-12)
+        assert (float(iv.lo), float(iv.hi)) == pytest.approx(
+            (per.mean() - half, per.mean() + half), rel=1e-12
+        )
+        assert float(iv.se) == pytest.approx(se, rel=1e-12) and float(iv.df) == per.size - 1
+        p = 2 * stats.t.sf(abs(per.mean() / se), per.size - 1)
+        assert float(iv.p_value) == pytest.approx(p, rel=1e-9)
+        assert float(iv.censored) == 0
+
+
+def test_linear_t_interval_keeps_two_folds_and_drops_one() -> None:
+    """Two item folds are a jackknife: items shared by every start (one fold easy for a, the
+    other for b) widen the interval beyond the spread over starts; merged into one fold, that
+    variance is gone."""
+    n = np.full((5, 2, 2), 10.0)
+    sa = np.array([[8.0, 3.0], [7.0, 2.0]])[None] + np.arange(5.0)[:, None, None] % 2
+    sb = np.array([[3.0, 8.0], [4.0, 5.0]])[None] + np.zeros((5, 1, 1))
+    two = linear_intervals(sa, sb, n)
+    merged = linear_intervals(sa.sum(-1, keepdims=True), sb.sum(-1, keepdims=True),
+                              n.sum(-1, keepdims=True))  # fmt: skip
+    assert float(two.effect) == pytest.approx(float(merged.effect), rel=1e-12)
+    assert float(two.se) > 2 * float(merged.se) > 0
+
+
+def test_linear_interval_refuses_an_unknown_method() -> None:
+    sa, sb, n = _sums(np.random.default_rng(3))
+    with pytest.raises(ValueError) as err:
+        linear_intervals(sa, sb, n, method="percentile")
+    assert str(err.value) == "method must be 't' or 'bootstrap', got 'percentile'"
+
+
+# --- edge cases that must not warn -----------------------------------------------------------
+
+
+def test_curves_at_floor_ceiling_and_crossing_at_the_first_eval_warn_nothing() -> None:
+    """a at 1.0 from the first eval (it crosses there), b flat (its fit is level, so the
+    crossing's interpolation would divide 0 by 0), a curve at 0: the ratio and the area are
+    computed without a warning, and the crossing at the first eval is that eval's compute."""
+    items = _curves({
+        ("s1", 1, "a"): [1.0, 1.0, 1.0, 1.0], ("s1", 1, "b"): [0.6, 0.6, 0.6, 0.6],
+        ("s2", 2, "a"): [0.0, 0.0, 0.0, 0.0], ("s2", 2, "b"): [0.0, 0.0, 0.0, 0.0],
+        ("s3", 3, "a"): [0.4, 0.6, 0.6, 0.6], ("s3", 3, "b"): B,
+    })  # fmt: skip
+    with _no_warnings():
+        est = compute_ratio(items, "a", "b", folds=2)
+        area = area_difference(items, "a", "b", folds=2)
+        budget = compute_ratio(items, "a", "b", folds=2, denominator="budget")
+    # s1: a reaches 0.6 at its first eval (250), b too (250); s2: both at 0 reach 0 at 250;
+    # s3: a at 500, b at 750
+    assert est.per_start == pytest.approx((1.0, 1.0, 2 / 3))
+    assert budget.per_start == pytest.approx((0.25, 0.25, 0.5))
+    assert area.per_start[1] == 0.0 and area.per_start[0] > 0
