@@ -21,9 +21,11 @@ from analysis.protocol import (
     ITEM_COLUMNS,
     area_difference,
     compute_ratio,
+    final_difference,
     holm,
     linear_intervals,
     ratio_intervals,
+    trapezoid_weights,
 )
 from analysis.simulate import Design, simulate_items
 
@@ -247,3 +249,82 @@ def test_curves_at_floor_ceiling_and_crossing_at_the_first_eval_warn_nothing() -
     assert est.per_start == pytest.approx((1.0, 1.0, 2 / 3))
     assert budget.per_start == pytest.approx((0.25, 0.25, 0.5))
     assert area.per_start[1] == 0.0 and area.per_start[0] > 0
+
+
+# --- the other estimands' settings, fields and jackknife -------------------------------------
+
+
+def test_final_and_area_differences_name_what_they_compared_and_deal_folds_from_seed() -> None:
+    items = simulate_items(Design(n_starts=3, n_seeds=1, items=12, evals=4, speed=0.5), seed=4)
+    for fn, name in ((final_difference, "final_difference"), (area_difference, "area_difference")):
+        est = fn(items, "sppo", "grpo", folds=4)
+        assert (est.estimand, est.a, est.b, est.scale) == (name, "sppo", "grpo", "accuracy")
+        assert est == fn(items, "sppo", "grpo", folds=4, seed=0)  # the default seed
+        other = fn(items, "sppo", "grpo", folds=4, seed=1)
+        assert other.effect == pytest.approx(est.effect, rel=1e-12)
+        assert other.se != pytest.approx(est.se, rel=1e-9)
+
+
+def test_area_difference_reads_only_the_datasets_asked_for() -> None:
+    d = _curves({
+        ("s1", 1, "a"): [0.4, 0.6, 0.6, 0.6], ("s1", 1, "b"): B,
+        ("s2", 2, "a"): [0.3, 0.5, 0.7, 0.5], ("s2", 2, "b"): B,
+    })  # fmt: skip
+    e = _curves({
+        ("s1", 1, "a"): [0.1, 0.2, 0.3, 0.6], ("s1", 1, "b"): B,
+        ("s2", 2, "a"): [0.1, 0.1, 0.2, 0.6], ("s2", 2, "b"): B,
+    }, datasets=("e",))  # fmt: skip
+    both = pd.concat([d, e], ignore_index=True)
+    only_d = area_difference(both, "a", "b", ["d"], folds=1)
+    assert only_d.per_start == pytest.approx(area_difference(d, "a", "b", folds=1).per_start)
+    assert area_difference(both, "a", "b", folds=1).per_start != pytest.approx(only_d.per_start)
+
+
+def _uniform(curves: dict, items: int = 9) -> pd.DataFrame:
+    """Every item of a run scores the same at each eval (0 or 1): leaving any item out changes
+    no accuracy."""
+    rows = []
+    for (start, seed, algo), accs in curves.items():
+        for f, acc in zip((0.25, 0.5, 0.75, 1.0), accs, strict=True):
+            for i in range(items):
+                rows.append((start, seed, algo, "d", np.nan, f"i{i}", f, 1000 * f, float(acc)))
+    return pd.DataFrame(rows, columns=list(ITEM_COLUMNS))
+
+
+def test_leaving_out_items_that_all_score_alike_changes_nothing() -> None:
+    """When every item of a run scores alike, each fold-deleted variant equals the full data, so
+    the jackknife adds no item variance: 4 uneven folds (9 items) give the interval of 1 fold,
+    for the area and for the compute ratio."""
+    items = _uniform({
+        ("s1", 1, "a"): [0, 1, 1, 1], ("s1", 1, "b"): [0, 0, 1, 1],
+        ("s2", 2, "a"): [0, 0, 1, 1], ("s2", 2, "b"): [0, 0, 1, 1],
+        ("s3", 3, "a"): [1, 1, 1, 1], ("s3", 3, "b"): [0, 0, 0, 1],
+    })  # fmt: skip
+    for fn in (area_difference, compute_ratio):
+        with _no_warnings():
+            four, one = fn(items, "a", "b", folds=4), fn(items, "a", "b", folds=1)
+        assert four.per_start == pytest.approx(one.per_start, rel=1e-12)
+        assert (four.se, four.df) == pytest.approx((one.se, one.df), rel=1e-12)
+        assert (four.lo, four.hi) == pytest.approx((one.lo, one.hi), rel=1e-12)
+    # area per start: trapezoid mean over 250 .. 1000 of a - b
+    area = area_difference(items, "a", "b", folds=1)
+    assert area.per_start == pytest.approx((1 / 3, 0.0, 2 / 3 + 1 / 6 - 1 / 6 * 0 - 0.0 - 0.5))
+
+
+def test_trapezoid_weights_batched_and_at_one_eval() -> None:
+    """Weights along the last axis whose sum with a curve is its trapezoid mean over its span:
+    per row of a batch, half the neighbouring gaps over the span; one eval weighs 1; a curve
+    with no span (all evals at one compute) has no mean (NaN) and warns nothing."""
+    x = np.array([[[0.0, 1.0, 3.0, 4.0]], [[0.0, 2.0, 4.0, 8.0]]])  # (2, 1, 4)
+    w = trapezoid_weights(x)
+    assert w.shape == (2, 1, 4)
+    np.testing.assert_allclose(w[0, 0], [0.5 / 4, 1.5 / 4, 1.5 / 4, 0.5 / 4])
+    np.testing.assert_allclose(w[1, 0], [1 / 8, 2 / 8, 3 / 8, 2 / 8])
+    two = trapezoid_weights(np.array([[0.0, 2.0]]))
+    np.testing.assert_allclose(two, [[0.5, 0.5]])
+    np.testing.assert_array_equal(
+        trapezoid_weights(np.array([[5.0], [7.0], [9.0]])), np.ones((3, 1))
+    )
+    with _no_warnings():
+        flat = trapezoid_weights(np.array([[3.0, 3.0, 3.0]]))
+    assert np.isnan(flat).all()
