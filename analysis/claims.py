@@ -20,7 +20,8 @@ family's declared size: claims x tasks) and the gates that must pass before a ve
         gates:
           start_max: 0.8                 # start accuracy at most this (shortest, longest group)
           gain_min: 0.05                 # best final gain over the start at least this (same)
-          final_min:                     # a run metric at the end: on every start at least this
+          final_min:                     # the critics the claim rests on (analysis/gates.py:
+                                         # each gated on its prompt-level Pearson, calibrated)
             ppo: {critic/heldout_explained_variance: 0.1}
             sppo: {critic/calibration_pearson: 0.3}
 
@@ -116,9 +117,11 @@ class Family:
 @dataclass(frozen=True)
 class Gates:
     """A claim's preconditions: per group it uses (its shortest and longest), the start's
-    accuracy at most ``start_max`` and the best algorithm's mean gain at least ``gain_min``; per
-    algorithm, a metric's final value (mean over each start's runs) at least ``final_min`` on
-    every start."""
+    accuracy at most ``start_max`` and the best algorithm's mean gain at least ``gain_min``;
+    ``final_min`` names the algorithms whose critics the claim rests on (a critic metric and a
+    minimum per algorithm, as declared). :mod:`analysis.gates` gates each named critic on its
+    prompt-level Pearson's lower bound over starts against the calibrated threshold, whatever
+    metric and minimum were declared: one statistic and one threshold for every critic."""
 
     start_max: float | None = None
     gain_min: float | None = None

@@ -619,7 +619,8 @@ def render_markdown(result: SweepResult) -> str:
             "## Every trial",
             "",
             "Admissible: every start of the trial reaches the spec's `admissible` minimums "
-            "(final values, the weakest start's, as the claims' gates read them; each start's "
+            "(final values, each start's runs averaged, the weakest start's, as analysis.gates "
+            "reads them; each start's "
             "in brackets); only admissible trials can be best. Per start: the objective of "
             "each independent start.",
             "",

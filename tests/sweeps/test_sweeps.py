@@ -467,13 +467,15 @@ def test_a_trial_over_two_starts_scores_their_mean_and_only_admissible_trials_ar
         ([("s0", 0.9), ("s1", None)], {}, None, False),
     ],
 )
-def test_admissibility_reads_the_weakest_start_as_the_claims_gates_do(
+def test_admissibility_reads_the_weakest_start(
     tmp_path, base, runs, per_start, weakest, admissible
 ):
-    """A sweep ships the setting a claims suite then gates on its weakest start; admitting by
-    the mean over starts let a critic that learnt on one start and not the other through (the
-    chain_sum PPO critic: held-out explained variance 0.239 and -0.013). Real MLflow runs, a real
-    Optuna trial; the rule reads the runs' start tags."""
+    """A sweep's trial has two starts: it screens on the weakest (analysis.gates.start_gate with
+    no bound; a 95% bound over two starts, t = 6.31, admits nothing), each start the mean of its
+    runs as the claims' gates read it. Admitting by the mean over starts let a critic that learnt
+    on one start and not the other through (the chain_sum PPO critic: held-out explained variance
+    0.239 and -0.013). Real MLflow runs, a real Optuna trial; the rule reads the runs' start
+    tags."""
     from sweeps.runner import _Context, _Objective
 
     metric = "critic/calibration_pearson"
