@@ -306,9 +306,10 @@ def test_leaving_out_items_that_all_score_alike_changes_nothing() -> None:
         assert four.per_start == pytest.approx(one.per_start, rel=1e-12)
         assert (four.se, four.df) == pytest.approx((one.se, one.df), rel=1e-12)
         assert (four.lo, four.hi) == pytest.approx((one.lo, one.hi), rel=1e-12)
-    # area per start: trapezoid mean over 250 .. 1000 of a - b
+    # per start the trapezoid mean over 250 .. 1000 (equal gaps: (y0/2 + y1 + y2 + y3/2) / 3)
+    # of a - b: s1 2.5/3 - 1.5/3, s2 0, s3 1 - 0.5/3
     area = area_difference(items, "a", "b", folds=1)
-    assert area.per_start == pytest.approx((1 / 3, 0.0, 2 / 3 + 1 / 6 - 1 / 6 * 0 - 0.0 - 0.5))
+    assert area.per_start == pytest.approx((1 / 3, 0.0, 5 / 6), rel=1e-12)
 
 
 def test_trapezoid_weights_batched_and_at_one_eval() -> None:
