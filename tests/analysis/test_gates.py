@@ -296,3 +296,25 @@ def test_the_critic_table_shows_each_start_s_late_mean():
     (pooled,) = evaluate_gates(horizon, items.drop(columns="start"), df)
     assert pooled.value == pytest.approx(0.4, abs=1e-12) and "no bound" in pooled.detail
     assert per_start_finals(_claims(), items, df).empty  # no critic named: nothing to show
+
+
+def test_the_sensitivity_line_drops_the_saturated_starts_and_the_verdict_keeps_them():
+    """sppo ends 0.1 above ppo at h8 on s1 and s2 (slope 0.425 / 28.75 = 0.01478 per step on
+    each); on s0 both end at 1.0 everywhere (slope 0). The verdict's estimate is over all three
+    starts (0.00986); the sensitivity line, over s1 and s2, reads +0.015 and says it is not the
+    verdict. With no saturated start there is no line."""
+    from analysis.tables import claims_table, describe_claims
+
+    final = {a: dict(v) for a, v in LEARNS.items()}
+    final["sppo"][8] += 0.1
+    items = _items(START, final, starts=("s0", "s1", "s2"), saturated=("s0",))
+    table = claims_table(_claims(), items)
+    row = table.iloc[0]
+    assert row["n_starts"] == 3 and row["effect"] == pytest.approx(0.425 / 28.75 * 2 / 3, abs=1e-9)
+    assert row["sensitivity"].startswith(
+        "sensitivity, not the verdict: without the 1 start where sppo and ppo end >= 0.95 on "
+        "every group used (s0): +0.015, "
+    )
+    assert row["sensitivity"].endswith(" over 2 starts")
+    assert "*Sensitivity, not the verdict: without the 1 start" in describe_claims(table)[0]
+    assert (claims_table(_claims(), _items(START, final))["sensitivity"] == "").all()
