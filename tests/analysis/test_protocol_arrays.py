@@ -26,7 +26,8 @@ FIELDS = ("effect", "lo", "hi", "p_value", "se", "df", "censored")
 def _suite(seed: int, **kw: object) -> object:
     """4 starts x 2 seeds, 3 groups of 12 items, 5 evals. Seeds 4 and 9: suites where b's
     isotonic fit reaches its own end-of-budget accuracy on every seed (on most others float
-    rounding keeps it 1 ulp short somewhere: ``test_b_reaches_its_own_target``)."""
+    rounding keeps it 1 ulp short somewhere: ``test_b_reaches_its_own_target``); seed 46 too with
+    ``alg_item_sd=2``."""
     design = Design(
         n_starts=4, n_seeds=2, horizons=(1.0, 2.0, 3.0), items=12, evals=5, **kw
     )  # fmt: skip
@@ -88,15 +89,28 @@ def test_ratio_intervals_is_compute_ratio_on_arrays(denominator: str) -> None:
     _same(est, iv)
 
 
-def test_area_intervals_is_area_difference_on_arrays() -> None:
-    items = _suite(9, speed=0.5)
-    arr = _arrays(items, "area_difference")
+@pytest.mark.parametrize("folds", [2, 4])
+def test_area_intervals_is_area_difference_on_arrays(folds: int) -> None:
+    """The same for the area, with 4 item folds and with 2 (the fewest that make a jackknife), on
+    a suite whose algorithm-by-item effects are large enough to widen the interval."""
+    items = _suite(46, speed=0.5, shift=1.0, alg_item_sd=2.0)
+    arr = _arrays(items, "area_difference", folds)
     for conf in (0.95, 0.8):
-        est = area_difference(items, "sppo", "grpo", folds=4, confidence=conf)
+        est = area_difference(items, "sppo", "grpo", folds=folds, confidence=conf)
         iv = area_intervals(arr.s, arr.n, arr.x, confidence=conf)
         assert iv.effect.shape == ()
         _same(est, iv)
         assert est.censored == 0 and np.isfinite(est.hi)
+    one = area_difference(items, "sppo", "grpo", folds=1)
+    assert est.se > one.se  # the shared items' variance
+
+
+def test_ratio_intervals_with_two_folds() -> None:
+    items = _suite(46, speed=0.5, shift=1.0, alg_item_sd=2.0)
+    arr = _arrays(items, "compute_ratio", 2)
+    est = compute_ratio(items, "sppo", "grpo", folds=2)
+    _same(est, ratio_intervals(arr.s, arr.n, arr.x, arr.fractions))
+    assert est.se != pytest.approx(compute_ratio(items, "sppo", "grpo", folds=1).se, rel=1e-6)
 
 
 def test_batched_suites_are_each_suite_alone() -> None:
