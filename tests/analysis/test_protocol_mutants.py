@@ -329,3 +329,62 @@ def test_trapezoid_weights_batched_and_at_one_eval() -> None:
     with _no_warnings():
         flat = trapezoid_weights(np.array([[3.0, 3.0, 3.0]]))
     assert np.isnan(flat).all()
+
+
+# --- which runs the curve estimands use -------------------------------------------------------
+
+
+def test_a_seed_run_by_one_algorithm_only_is_left_out() -> None:
+    """A (start, seed) where only a ran pairs with nothing: it is left out of the ratio and the
+    area, and a start with no paired seed is no start at all."""
+    paired = {
+        ("s1", 1, "a"): [0.4, 0.6, 0.6, 0.6], ("s1", 1, "b"): B,
+        ("s2", 2, "a"): [0.3, 0.5, 0.7, 0.5], ("s2", 2, "b"): B,
+    }  # fmt: skip
+    lone = {("s1", 5, "a"): [0.1, 0.1, 0.1, 0.1], ("s3", 6, "a"): [0.9, 0.9, 0.9, 0.9]}
+    items = _curves({**paired, **lone})
+    for fn in (compute_ratio, area_difference):
+        est = fn(items, "a", "b", folds=1)
+        assert (est.n_starts, est.n_seeds) == (2, 1)
+        assert est.per_start == pytest.approx(fn(_curves(paired), "a", "b", folds=1).per_start)
+
+
+def test_a_run_missing_an_eval_is_refused_by_name() -> None:
+    """The curve estimands need every eval of every dataset: a run without one (here a's run of
+    s2, seed 2, on dataset e at fraction 0.5, its compute there still logged through d) is
+    named in the error with the budget fractions."""
+    curves = {
+        ("s1", 1, "a"): [0.4, 0.6, 0.6, 0.6], ("s1", 1, "b"): B,
+        ("s2", 2, "a"): [0.3, 0.5, 0.7, 0.5], ("s2", 2, "b"): B,
+    }  # fmt: skip
+    items = _curves(curves, datasets=("d", "e"))
+    gap = (items["start"] == "s2") & (items["algorithm"] == "a") & (items["dataset"] == "e")
+    items = items[~(gap & (items["budget_fraction"] == 0.5))]
+    for fn, name in ((compute_ratio, "compute_ratio"), (area_difference, "area_difference")):
+        with pytest.raises(ValueError) as err:
+            fn(items, "a", "b", folds=1)
+        assert str(err.value) == (
+            "runs (start, seed) [('s2', 2)] lack an eval of some dataset or a compute value at "
+            f"some budget fraction of [0.25, 0.5, 0.75, 1.0]; {name} needs every eval"
+        )
+    # every eval present, but no compute logged at one of them: refused the same way
+    full = _curves(curves, datasets=("d", "e"))
+    blind = (full["start"] == "s1") & (full["algorithm"] == "b") & (full["budget_fraction"] == 0.75)
+    full.loc[blind, "compute"] = np.nan
+    with pytest.raises(ValueError, match=r"^runs \(start, seed\) \[\('s1', 1\)\] lack an eval"):
+        compute_ratio(full, "a", "b", folds=1)
+
+
+def test_one_item_at_one_eval_is_a_curve() -> None:
+    """The smallest suite the area reads: one item, one eval (weight 1): per start a's score
+    minus b's."""
+    rows = [
+        (start, seed, algo, "d", np.nan, "i0", 1.0, 1000.0, score)
+        for start, seed, algo, score in (
+            ("s1", 1, "a", 1.0), ("s1", 1, "b", 0.0), ("s2", 2, "a", 1.0), ("s2", 2, "b", 1.0),
+        )
+    ]  # fmt: skip
+    items = pd.DataFrame(rows, columns=list(ITEM_COLUMNS))
+    est = area_difference(items, "a", "b", folds=1)
+    assert (est.n_starts, est.n_seeds) == (2, 1)
+    assert est.per_start == pytest.approx((1.0, 0.0))
