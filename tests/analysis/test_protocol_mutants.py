@@ -19,10 +19,13 @@ from scipy import stats
 
 from analysis.protocol import (
     ITEM_COLUMNS,
+    ClaimEstimate,
     area_difference,
+    claim_p_value,
     compute_ratio,
     final_difference,
     holm,
+    horizon_slope,
     linear_intervals,
     ratio_intervals,
     trapezoid_weights,
@@ -388,3 +391,86 @@ def test_one_item_at_one_eval_is_a_curve() -> None:
     est = area_difference(items, "a", "b", folds=1)
     assert (est.n_starts, est.n_seeds) == (2, 1)
     assert est.per_start == pytest.approx((1.0, 0.0))
+
+
+# --- the horizon slope's settings ------------------------------------------------------------
+
+
+def _finals(per_group: dict[str, tuple[float, float]], starts: int = 3, items: int = 8):
+    """Final evals per start: for each dataset (horizon in its name, or none) a's and b's
+    accuracy, plus a start-specific offset on a (so the starts differ)."""
+    rows = []
+    for s in range(starts):
+        for ds, (acc_a, acc_b) in per_group.items():
+            h = float(ds[1:]) if ds.startswith("h") else np.nan
+            for algo, acc in (
+                ("a", acc_a + 0.1 * (s % 2) * (h if h == h else 0) / 8),
+                ("b", acc_b),
+            ):
+                for i in range(items):
+                    rows.append((f"s{s}", s, algo, ds, h, f"i{i}", 1.0, 1000.0,
+                                 float(i < round(acc * items))))  # fmt: skip
+    return pd.DataFrame(rows, columns=list(ITEM_COLUMNS))
+
+
+def test_horizon_slope_defaults_to_the_datasets_with_a_horizon() -> None:
+    """Without ``datasets`` the groups are every dataset with a horizon (an overall dataset
+    without one is left out); two distinct horizons are enough for a slope; ``datasets`` picks
+    the groups; the estimate names what it compared and its scale."""
+    items = _finals({"h2": (0.5, 0.5), "h4": (0.75, 0.5), "h8": (1.0, 0.5), "all": (0.0, 1.0)})
+    est = horizon_slope(items, "a", "b", folds=1)
+    assert est == horizon_slope(items, "a", "b", ["h2", "h4", "h8"], folds=1)
+    assert (est.estimand, est.a, est.b, est.scale) == ("horizon_slope", "a", "b", "accuracy")
+    # start 0: differences (0, .25, .5) over horizons 2, 4, 8 with equal weights: mean horizon
+    # 14/3, sum dx d = 1.5, sum dx^2 = 168/9, slope 9/112
+    assert est.per_start[0] == pytest.approx(9 / 112, rel=1e-12)
+    two = horizon_slope(items, "a", "b", ["h2", "h8"], folds=1)
+    assert two.per_start[0] == pytest.approx(0.5 / 6, rel=1e-12)
+    assert horizon_slope(items, "a", "b", ["h2", "h4"], folds=1).per_start[0] == pytest.approx(
+        0.25 / 2, rel=1e-12
+    )
+    logit = horizon_slope(items, "a", "b", folds=1, scale="logit")
+    assert (logit.scale, logit.a, logit.b) == ("logit", "a", "b")
+    with pytest.raises(ValueError) as err:
+        horizon_slope(items, "a", "b", scale="log")
+    assert str(err.value) == "scale must be 'accuracy' or 'logit', got 'log'"
+    with pytest.raises(ValueError, match="two or more datasets with distinct horizons"):
+        horizon_slope(items, "a", "b", ["h4"], folds=1)
+
+
+def test_linear_intervals_batched_with_horizons_are_each_suite_alone() -> None:
+    rng = np.random.default_rng(5)
+    n = rng.integers(3, 6, size=(3, 5, 3, 2)).astype(float)
+    sa = rng.binomial(n.astype(int), 0.6).astype(float)
+    sb = rng.binomial(n.astype(int), 0.4).astype(float)
+    h = (1.0, 2.0, 6.0)
+    both = linear_intervals(sa, sb, n, h)
+    for j in range(3):
+        alone = linear_intervals(sa[j], sb[j], n[j], h)
+        for f in ("effect", "lo", "hi", "p_value", "se", "df"):
+            assert getattr(both, f)[j] == pytest.approx(float(getattr(alone, f)), rel=1e-12)
+
+
+# --- a margin claim's p-value at the edges ---------------------------------------------------
+
+
+def _est(effect: float, se: float, df: float) -> ClaimEstimate:
+    return ClaimEstimate(
+        estimand="final_difference", a="a", b="b", effect=effect, lo=float("nan"),
+        hi=float("nan"), level=0.95, p_value=0.5, n_starts=5, n_seeds=1, mde=float("nan"),
+        conditional=False, per_start=(), se=se, df=df,
+    )  # fmt: skip
+
+
+def test_margin_p_value_without_a_usable_standard_error_or_with_none_at_all() -> None:
+    """A missing se, df or effect (NaN), or df <= 0, gives no p-value (NaN); a df between 0 and
+    1 is a t distribution like any other; se = 0 (every start agrees exactly) puts an effect
+    off the margin infinitely far from it: p = 0."""
+    nan = float("nan")
+    for e, se, df in ((0.01, nan, 4.0), (0.01, 0.01, nan), (nan, 0.01, 4.0), (0.01, 0.01, 0.0)):
+        assert math.isnan(claim_p_value(_est(e, se, df), "greater", 0.02)), (e, se, df)
+    half = claim_p_value(_est(0.01, 0.01, 0.5), "greater", 0.02)
+    assert half == pytest.approx(2 * stats.t.sf(3.0, 0.5), rel=1e-12) and half > 0.1
+    assert claim_p_value(_est(0.01, 0.0, 4.0), "greater", 0.02) == 0.0
+    assert claim_p_value(_est(-0.05, 0.0, 4.0), "greater", 0.02) == 0.0  # holds not: also sure
+    assert claim_p_value(_est(0.0, 0.0, 4.0), "equivalent", 0.02) == 0.0
