@@ -474,3 +474,114 @@ def test_margin_p_value_without_a_usable_standard_error_or_with_none_at_all() ->
     assert claim_p_value(_est(0.01, 0.0, 4.0), "greater", 0.02) == 0.0
     assert claim_p_value(_est(-0.05, 0.0, 4.0), "greater", 0.02) == 0.0  # holds not: also sure
     assert claim_p_value(_est(0.0, 0.0, 4.0), "equivalent", 0.02) == 0.0
+
+
+# --- the interval from its documented construction -------------------------------------------
+
+
+def _interval_by_hand(e: np.ndarray, e_del: np.ndarray, confidence: float):
+    """The module docstring's interval over S units (finite ``e``) and K folds: the units'
+    variance over S plus the shared items' V_items = S / (S - 1) (V_joint - mean v_unit / S),
+    floored at 0, with Satterthwaite's degrees of freedom over the three mean squares (never
+    fewer than S - 1; S - 1 when no shared part); one unit: its own jackknife, K - 1 df."""
+    keep = np.isfinite(e)
+    e, e_del = e[keep], e_del[keep]
+    s, k = e.size, e_del.shape[1]
+    jack = lambda x: (k - 1) / k * ((x - x.mean(-1, keepdims=True)) ** 2).sum(-1)  # noqa: E731
+    v_unit = jack(e_del)
+    if s == 1:
+        return e.mean(), math.sqrt(v_unit[0]), k - 1.0
+    v_joint = float(jack(e_del.mean(axis=0)))
+    a = e.var(ddof=1) / s
+    shared = max(0.0, s / (s - 1) * (v_joint - v_unit.mean() / s))
+    v = a + shared
+    df = s - 1.0
+    if shared > 0:
+        v_res = (v_unit.mean() - v_joint) / (s - 1)
+        denom = a**2 / (s - 1) + v_joint**2 / (k - 1) + v_res**2 / ((s - 1) * (k - 1))
+        df = max(v**2 / denom, s - 1.0)
+    return e.mean(), math.sqrt(v), df
+
+
+def _layout(rng: np.random.Generator, s: int, k: int, shared: float):
+    """Fold sums of one group: a's items easier on some folds for every start (``shared``),
+    plus per-start noise."""
+    n = np.full((s, 1, k), 6.0)
+    fold = rng.normal(0, shared, k)
+    p_a = np.clip(0.55 + fold[None, :] + rng.normal(0, 0.05, (s, k)), 0.05, 0.95)
+    sa = rng.binomial(6, p_a)[:, None, :].astype(float)
+    sb = rng.binomial(6, np.full((s, k), 0.45))[:, None, :].astype(float)
+    return sa, sb, n
+
+
+def _effects(sa, sb, n):
+    fa, fb, fn = sa.sum(-1)[:, 0], sb.sum(-1)[:, 0], n.sum(-1)[:, 0]
+    with np.errstate(invalid="ignore"):  # a unit without items: NaN
+        e = (fa - fb) / fn
+        e_del = ((fa[:, None] - sa[:, 0]) - (fb[:, None] - sb[:, 0])) / (fn[:, None] - n[:, 0])
+    return e, e_del
+
+
+@pytest.mark.parametrize(("s", "k", "shared"), [(5, 4, 0.3), (6, 3, 0.0), (4, 2, 0.4), (1, 5, 0.2)])
+def test_the_interval_is_its_documented_construction(s: int, k: int, shared: float) -> None:
+    rng = np.random.default_rng(100 * s + k)
+    sa, sb, n = _layout(rng, s, k, shared)
+    e, e_del = _effects(sa, sb, n)
+    mean, se, df = _interval_by_hand(e, e_del, 0.9)
+    iv = linear_intervals(sa, sb, n, confidence=0.9)
+    assert float(iv.effect) == pytest.approx(mean, rel=1e-12)
+    assert float(iv.se) == pytest.approx(se, rel=1e-9)
+    assert float(iv.df) == pytest.approx(df, rel=1e-9)
+    half = stats.t.ppf(0.95, df) * se
+    assert (float(iv.lo), float(iv.hi)) == pytest.approx((mean - half, mean + half), rel=1e-9)
+    assert float(iv.p_value) == pytest.approx(2 * stats.t.sf(abs(mean) / se, df), rel=1e-6)
+
+
+def test_the_interval_leaves_out_a_unit_without_data_and_batches() -> None:
+    """A unit with no items (NaN effect) is left out of the count of units; suites batched on a
+    leading axis are each computed alone, whatever their missing units."""
+    rng = np.random.default_rng(7)
+    suites = [_layout(rng, 5, 4, 0.3) for _ in range(2)]
+    sa, sb, n = (np.stack([x[i] for x in suites]) for i in range(3))
+    n[1, 2], sa[1, 2], sb[1, 2] = 0.0, 0.0, 0.0  # suite 1 has no data for unit 2
+    with _no_warnings():
+        both = linear_intervals(sa, sb, n)
+    for j in range(2):
+        e, e_del = _effects(sa[j], sb[j], n[j])
+        mean, se, df = _interval_by_hand(e, e_del, 0.95)
+        assert float(both.effect[j]) == pytest.approx(mean, rel=1e-12)
+        assert (float(both.se[j]), float(both.df[j])) == pytest.approx((se, df), rel=1e-9)
+    assert float(both.df[1]) >= 3.0
+
+
+def test_an_interval_at_a_level_refuses_levels_outside_zero_one_and_needs_a_se() -> None:
+    """``ClaimEstimate.interval`` and ``mde_at`` read the t interval at 1 - alpha: alpha must be
+    in (0, 1), named in the error; without a usable se or df (NaN, df <= 0) both are NaN; a
+    ratio's interval is exp(log effect +- half), its upper end infinite when censored."""
+    est = _est(0.05, 0.01, 4.0)
+    for alpha in (0.0, 1.0, 2.0):
+        for call in (est.interval, est.mde_at):
+            with pytest.raises(ValueError) as err:
+                call(alpha)
+            assert str(err.value) == f"alpha must be in (0, 1), got {alpha}"
+    half = stats.t.ppf(0.975, 4.0) * 0.01
+    assert est.interval(0.05) == pytest.approx((0.05 - half, 0.05 + half), rel=1e-12)
+    assert est.mde_at(0.05) == pytest.approx((stats.t.ppf(0.975, 4) + stats.t.ppf(0.8, 4)) * 0.01)
+    nan = float("nan")
+    for se, df in ((nan, 4.0), (0.01, nan), (0.01, 0.0)):
+        lo, hi = _est(0.05, se, df).interval(0.05)
+        assert math.isnan(lo) and math.isnan(hi) and math.isnan(_est(0.05, se, df).mde_at(0.05))
+    low = _est(0.05, 0.01, 0.5)  # df between 0 and 1: a t interval like any other
+    assert low.interval(0.05)[1] == pytest.approx(0.05 + stats.t.ppf(0.975, 0.5) * 0.01)
+    assert low.mde_at(0.05) == pytest.approx(
+        (stats.t.ppf(0.975, 0.5) + stats.t.ppf(0.8, 0.5)) * 0.01
+    )
+    ratio = ClaimEstimate(
+        estimand="compute_ratio", a="a", b="b", effect=0.8, lo=nan, hi=nan, level=0.95,
+        p_value=0.5, n_starts=5, n_seeds=1, mde=nan, conditional=False, per_start=(), se=0.1,
+        df=4.0, scale="log",
+    )  # fmt: skip
+    h = stats.t.ppf(0.95, 4.0) * 0.1
+    assert ratio.interval(0.1) == pytest.approx((0.8 * math.exp(-h), 0.8 * math.exp(h)))
+    censored = ClaimEstimate(**{**ratio.__dict__, "censored": 2})
+    assert censored.interval(0.1) == (pytest.approx(0.8 * math.exp(-h)), float("inf"))
