@@ -19,6 +19,8 @@ from scipy import stats
 
 from analysis.protocol import (
     ITEM_COLUMNS,
+    NON_INFERIOR,
+    NOT_RESOLVED,
     ClaimEstimate,
     area_difference,
     claim_p_value,
@@ -28,7 +30,9 @@ from analysis.protocol import (
     horizon_slope,
     linear_intervals,
     ratio_intervals,
+    reached_level,
     trapezoid_weights,
+    verdict,
 )
 from analysis.simulate import Design, simulate_items
 
@@ -585,3 +589,127 @@ def test_an_interval_at_a_level_refuses_levels_outside_zero_one_and_needs_a_se()
     assert ratio.interval(0.1) == pytest.approx((0.8 * math.exp(-h), 0.8 * math.exp(h)))
     censored = ClaimEstimate(**{**ratio.__dict__, "censored": 2})
     assert censored.interval(0.1) == (pytest.approx(0.8 * math.exp(-h)), float("inf"))
+
+
+# --- the verdict at its thresholds -----------------------------------------------------------
+
+
+def _touching(end: str, at: float, alpha: float = 0.05, df: float = 4.0) -> ClaimEstimate:
+    """An estimate whose interval at level 1 - alpha has its ``end`` ("lo" or "hi") exactly at
+    ``at`` (float64), found by trying standard errors until the subtraction is exact."""
+    for se in np.linspace(0.01, 0.02, 401):
+        half = float(stats.t.ppf(1 - alpha / 2, df)) * float(se)
+        effect = at + half if end == "lo" else at - half
+        est = _est(effect, float(se), df)
+        lo, hi = est.interval(alpha)
+        if (lo if end == "lo" else hi) == at:
+            return est
+    raise AssertionError(f"no standard error puts {end} exactly at {at}")
+
+
+def test_an_interval_touching_a_threshold_does_not_cross_it() -> None:
+    """Each verdict needs the interval strictly past its threshold: an end exactly on 0, on -m
+    or on +m leaves the claim where it would be without that end."""
+    m = 0.25
+    tag = f" (margin {m:g})"
+    assert verdict(_touching("lo", 0.0), 0.05, "greater") == NOT_RESOLVED
+    assert verdict(_touching("hi", 0.0), 0.05, "less") == NOT_RESOLVED
+    assert verdict(_touching("lo", 0.0), 0.05, "greater", margin=m) == NON_INFERIOR + tag
+    assert verdict(_touching("lo", -m), 0.05, "greater", margin=m) == NOT_RESOLVED + tag
+    assert verdict(_touching("hi", m), 0.05, "less", margin=m) == NOT_RESOLVED + tag
+    assert verdict(_touching("hi", -m), 0.05, "greater", margin=m) == NOT_RESOLVED + tag
+    assert verdict(_touching("lo", m), 0.05, "less", margin=m) == NOT_RESOLVED + tag
+    assert verdict(_touching("hi", 0.0), 0.05, "greater") == NOT_RESOLVED
+    assert verdict(_touching("lo", 0.0), 0.05, "less") == NOT_RESOLVED
+    # equivalence: inside (-m, m) strictly; outside [-m, m] strictly
+    assert verdict(_touching("lo", -m), 0.05, "equivalent", margin=m) == NOT_RESOLVED + tag
+    assert verdict(_touching("hi", m), 0.05, "equivalent", margin=m) == NOT_RESOLVED + tag
+    assert verdict(_touching("lo", m), 0.05, "equivalent", margin=m) == NOT_RESOLVED + tag
+    assert verdict(_touching("hi", -m), 0.05, "equivalent", margin=m) == NOT_RESOLVED + tag
+
+
+def test_verdict_without_an_interval_and_the_claims_it_refuses() -> None:
+    nan = float("nan")
+    assert verdict(_est(0.05, nan, 4.0), 0.05, "greater", margin=0.02) == (
+        f"{NOT_RESOLVED} (margin 0.02)"
+    )
+    assert verdict(_est(0.05, nan, 4.0), 0.05, "greater") == NOT_RESOLVED
+    with pytest.raises(ValueError) as err:
+        verdict(_est(0.05, 0.01, 4.0), 0.05, "equivalent")
+    assert str(err.value) == "direction 'equivalent' needs a margin > 0 (the estimand's units)"
+    for margin in (0.0, -0.1, float("inf")):
+        with pytest.raises(ValueError) as err:
+            verdict(_est(0.05, 0.01, 4.0), 0.05, "greater", margin=margin)
+        assert str(err.value) == (
+            f"margin must be a number > 0 (the estimand's units), got {margin!r}"
+        )
+    ratio = ClaimEstimate(**{**_est(0.8, 0.1, 4.0).__dict__, "estimand": "compute_ratio"})
+    with pytest.raises(ValueError) as err:
+        claim_p_value(ratio, "less", 0.1)
+    assert str(err.value) == "compute_ratio takes no margin: its claims are superiority claims"
+
+
+# --- the logit scale at the floor and the ceiling, and the unit of the final arrays -----------
+
+
+def _groups(acc: dict[str, tuple[float, float]], items: int) -> pd.DataFrame:
+    """Final evals of 3 identical starts: per dataset ``h<horizon>`` a's and b's accuracy."""
+    rows = []
+    for s in range(3):
+        for ds, (acc_a, acc_b) in acc.items():
+            for algo, v in (("a", acc_a), ("b", acc_b)):
+                for i in range(items):
+                    rows.append((f"s{s}", s, algo, ds, float(ds[1:]), f"i{i}", 1.0, 1000.0,
+                                 float(i < round(v * items))))  # fmt: skip
+    return pd.DataFrame(rows, columns=list(ITEM_COLUMNS))
+
+
+def test_the_logit_slope_clips_half_an_item_inside_floor_and_ceiling() -> None:
+    """A group at 1 (or 0) is read at 1 - 1/(2n) (or 1/(2n)): with 8 items, logit(15/16) =
+    log 15; with one item, 1/2 either way (logit 0)."""
+    up = horizon_slope(_groups({"h1": (1.0, 0.0), "h2": (0.5, 0.5)}, 8), "a", "b", scale="logit")
+    assert up.per_start[0] == pytest.approx(-2 * math.log(15), rel=1e-12)
+    down = horizon_slope(_groups({"h1": (0.0, 1.0), "h2": (0.5, 0.5)}, 8), "a", "b", scale="logit")
+    assert down.per_start[0] == pytest.approx(2 * math.log(15), rel=1e-12)
+    one = horizon_slope(_groups({"h1": (1.0, 0.0), "h2": (0.0, 1.0)}, 1), "a", "b", scale="logit")
+    assert one.per_start[0] == 0.0
+
+
+def test_final_arrays_use_starts_from_two_and_name_the_missing_pair() -> None:
+    """Two starts are units (their seeds averaged per item); one start's seeds are its units;
+    an item table with no final eval of both algorithms is refused by name."""
+    rows = []
+    for s, seed, algo, v in (
+        ("s1", 1, "a", 1.0), ("s1", 2, "a", 0.0), ("s1", 1, "b", 0.0), ("s1", 2, "b", 0.0),
+        ("s2", 3, "a", 1.0), ("s2", 4, "a", 1.0), ("s2", 3, "b", 0.0), ("s2", 4, "b", 1.0),
+    ):  # fmt: skip
+        rows.append((s, seed, algo, "d", np.nan, "i0", 1.0, 1000.0, v))
+    items = pd.DataFrame(rows, columns=list(ITEM_COLUMNS))
+    est = final_difference(items, "a", "b", folds=1)
+    assert (est.n_starts, est.n_seeds) == (2, 2)
+    assert est.per_start == pytest.approx((0.5, 0.5))
+    one = final_difference(items[items["start"] == "s1"], "a", "b", folds=1)
+    assert one.conditional and one.per_start == pytest.approx((0.5,))
+    assert one.n_starts == 1 and one.n_seeds == 2
+    with pytest.raises(ValueError) as err:
+        final_difference(items[items["algorithm"] == "a"].assign(algorithm="a"), "a", "c", folds=1)
+    assert "'c'" in str(err.value)
+
+
+def test_reached_level_by_estimand_and_starts() -> None:
+    """The coverage printed at 95%: the simulated level at the largest measured count of starts
+    at or below n (3 starts: the horizon slope 0.97, the area 0.94); the nominal level at other
+    confidences and below 3 starts; the default estimand is the final difference."""
+    assert reached_level(3) == 0.95 == reached_level(3, 0.95, "final_difference")
+    assert reached_level(3, estimand="horizon_slope") == 0.97
+    assert reached_level(4, estimand="horizon_slope") == 0.97
+    assert reached_level(5, estimand="horizon_slope") == 0.95
+    assert reached_level(3, estimand="area_difference") == 0.94
+    assert reached_level(2, estimand="horizon_slope") == 0.95
+    assert reached_level(3, 0.9, "horizon_slope") == 0.9
+    with pytest.raises(ValueError) as err:
+        reached_level(5, estimand="area")
+    assert str(err.value) == (
+        "estimand must be one of ['horizon_slope', 'final_difference', 'area_difference', "
+        "'compute_ratio'], got 'area'"
+    )
