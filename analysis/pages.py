@@ -370,12 +370,13 @@ def render_page(
     return "\n".join(header) + "\n" + "\n".join(body)
 
 
-def declared_starts(suite: str) -> list[int]:
-    """The start seeds a suite's YAML declares (``seed`` onwards, ``seeds`` of them)."""
-    from benchmarks.config import compose_config
+def declared_starts(suite: str, conf: Path = SUITE_CONF) -> list[int]:
+    """The start seeds a campaign suite's YAML declares (``seed`` onwards, ``seeds`` of them;
+    each campaign suite sets both itself)."""
+    import yaml
 
-    cfg = compose_config([f"suite={suite}"])
-    return [int(cfg.seed) + i for i in range(int(cfg.seeds))]
+    node = yaml.safe_load((conf / f"{suite}.yaml").read_text())
+    return [int(node["seed"]) + i for i in range(int(node["seeds"]))]
 
 
 def render_leaderboard_page(
@@ -401,7 +402,7 @@ def render_leaderboard_page(
         "",
     ]
     for suite in CAMPAIGN:
-        declared = declared_starts(suite)
+        declared = declared_starts(suite, conf)
         page = by_name.get(suite)
         held = sorted(page.starts) if page is not None else []
         lines += [

@@ -1,5 +1,6 @@
 """Tuning sweeps as data: a sweep's trials exported into ``results/tuning/<spec>.json`` and the
-tables the results page shows from them.
+tables the results page shows from them (the export itself is :mod:`sweeps.export`, which
+knows the sweeps' storage).
 
 A leaderboard is only as fair as the tuning behind it, so the tuning is published like the
 results: every trial of every algorithm (its point, its state, its value on each start), with the
@@ -14,101 +15,19 @@ is a valid file too: it says how many trials each algorithm has so far.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TUNING_DIR", "export_tuning", "read_tuning", "tuning_section", "tuning_table"]
+__all__ = ["SCHEMA_VERSION", "TUNING_DIR", "read_tuning", "tuning_section", "tuning_table"]
 
 logger = logging.getLogger(__name__)
 
 #: Where, under a results folder, the tuning sweeps' exports live (one JSON file per sweep).
 TUNING_DIR = "tuning"
 SCHEMA_VERSION = 1
-
-
-def export_tuning(
-    spec_name: str,
-    storage: str,
-    out: str | Path,
-    *,
-    tracking_uri: str | None = None,
-    study_name: str | None = None,
-    machine: dict[str, Any] | None = None,
-) -> Path:
-    """Write ``<out>/<study>.json``: the sweep's spec, every trial's row and where they ran.
-
-    The commits and machines come from the trials' MLflow runs (their ``git_commit`` tag and the
-    parent's machine tag) when ``tracking_uri`` is given; without it they are left out, never
-    guessed; ``machine`` (``--here``) records this machine when the runs carry none. The file is
-    written whole or not at all (temporary file, then rename).
-    """
-    import optuna
-
-    from benchmarks.telemetry import metrics as M
-    from sweeps.runner import trial_rows
-    from sweeps.spec import load_spec
-
-    spec = load_spec(spec_name)
-    name = study_name or Path(spec_name).stem
-    studies = {}
-    for suffix, alg in spec.studies.items():
-        try:
-            studies[name + suffix] = (
-                optuna.load_study(study_name=name + suffix, storage=storage),
-                alg,
-            )
-        except KeyError as err:
-            raise ValueError(f"study {name + suffix!r} is not in {storage}") from err
-    rows = trial_rows(spec, studies)
-    commits: set[str] = set()
-    machines: set[str] = set()
-    if tracking_uri is not None:
-        from mlflow.tracking import MlflowClient
-
-        client = MlflowClient(tracking_uri)
-        for study, _ in studies.values():
-            for t in study.get_trials(deepcopy=False):
-                rid = t.user_attrs.get("mlflow_run_id")
-                if not rid:
-                    continue
-                tags = client.get_run(rid).data.tags
-                if tags.get(M.TAG_GIT_COMMIT):
-                    commits.add(tags[M.TAG_GIT_COMMIT])
-                parent = tags.get("mlflow.parentRunId")
-                if parent and not machines:
-                    ptags = client.get_run(parent).data.tags
-                    if ptags.get(M.TAG_MACHINE):
-                        machines.add(ptags[M.TAG_MACHINE])
-    if machine is not None and not machines:
-        machines.add(json.dumps(machine, sort_keys=True))
-    payload = {
-        "schema_version": SCHEMA_VERSION,
-        "sweep": name,
-        "spec": json.loads(json.dumps(_spec_dict(spec), default=str)),
-        "objective": {"metric": spec.objective.metric, "direction": spec.objective.direction},
-        "commits": sorted(commits),
-        "machines": [json.loads(m) for m in sorted(machines)],
-        "exported": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
-        "trials": rows,
-    }
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{name}.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(payload, indent=1, sort_keys=True, default=str) + "\n")
-    tmp.replace(path)
-    logger.info("wrote %s: %d trials of %d studies", path, len(rows), len(studies))
-    return path
-
-
-def _spec_dict(spec: Any) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    return asdict(spec)
 
 
 def read_tuning(path: str | Path) -> dict[str, Any]:

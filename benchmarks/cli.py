@@ -362,7 +362,7 @@ def _export_sweep(
     spec: str, storage: str | None, out: str, tracking_uri: str, here: dict | None
 ) -> int:
     """``export --sweep``: a sweep's trials into ``<out>/<spec>.json`` (analysis/tuning.py)."""
-    from analysis.tuning import export_tuning
+    from sweeps.export import export_tuning
     from sweeps.spec import SpecError
 
     if not storage:

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from analysis.tuning import export_tuning, read_tuning, tuning_table
+from analysis.tuning import read_tuning, tuning_table
 from benchmarks.telemetry import metrics as M
 from sweeps import (
     TAG_STUDY,
@@ -29,6 +29,7 @@ from sweeps import (
     run_sweep,
 )
 from sweeps.cli import main as sweep_main
+from sweeps.export import export_tuning
 from sweeps.spec import task_eval_name
 from testkit.paths import require_data
 from testkit.suites import MICRO
