@@ -112,9 +112,8 @@ def test_compute_ratio_names_what_it_compared_and_its_scale() -> None:
     assert str(err.value) == "denominator must be 'crossing' or 'budget', got 'final'"
 
 
-def test_compute_ratio_reads_only_the_datasets_asked_for() -> None:
-    """On dataset e, a is slower than on d: the ratio on ``datasets=["d"]`` is d's alone, the
-    same as on the item table without e, and not the ratio over both."""
+def _two_datasets() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Dataset d, and d with a dataset e on which a is slower: (d's items, both's items)."""
     d = _curves({
         ("s1", 1, "a"): [0.4, 0.6, 0.6, 0.6], ("s1", 1, "b"): B,
         ("s2", 2, "a"): [0.3, 0.5, 0.7, 0.5], ("s2", 2, "b"): B,
@@ -124,6 +123,13 @@ def test_compute_ratio_reads_only_the_datasets_asked_for() -> None:
         ("s2", 2, "a"): [0.1, 0.1, 0.2, 0.6], ("s2", 2, "b"): B,
     }, datasets=("e",))  # fmt: skip
     both = pd.concat([d, e], ignore_index=True)
+    return d, both
+
+
+def test_compute_ratio_reads_only_the_datasets_asked_for() -> None:
+    """On dataset e, a is slower than on d: the ratio on ``datasets=["d"]`` is d's alone, the
+    same as on the item table without e, and not the ratio over both."""
+    d, both = _two_datasets()
     only_d = compute_ratio(both, "a", "b", ["d"], folds=1)
     assert only_d.per_start == pytest.approx(compute_ratio(d, "a", "b", folds=1).per_start)
     assert only_d.per_start == pytest.approx((2 / 3, 1.0))
@@ -273,15 +279,7 @@ def test_final_and_area_differences_name_what_they_compared_and_deal_folds_from_
 
 
 def test_area_difference_reads_only_the_datasets_asked_for() -> None:
-    d = _curves({
-        ("s1", 1, "a"): [0.4, 0.6, 0.6, 0.6], ("s1", 1, "b"): B,
-        ("s2", 2, "a"): [0.3, 0.5, 0.7, 0.5], ("s2", 2, "b"): B,
-    })  # fmt: skip
-    e = _curves({
-        ("s1", 1, "a"): [0.1, 0.2, 0.3, 0.6], ("s1", 1, "b"): B,
-        ("s2", 2, "a"): [0.1, 0.1, 0.2, 0.6], ("s2", 2, "b"): B,
-    }, datasets=("e",))  # fmt: skip
-    both = pd.concat([d, e], ignore_index=True)
+    d, both = _two_datasets()
     only_d = area_difference(both, "a", "b", ["d"], folds=1)
     assert only_d.per_start == pytest.approx(area_difference(d, "a", "b", folds=1).per_start)
     assert area_difference(both, "a", "b", folds=1).per_start != pytest.approx(only_d.per_start)
