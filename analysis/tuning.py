@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 
 #: Where, under a results folder, the tuning sweeps' exports live (one JSON file per sweep).
 TUNING_DIR = "tuning"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: each row says whether it was interrupted; "selected" per algorithm
 
 
 def read_tuning(path: str | Path) -> dict[str, Any]:
@@ -43,8 +43,8 @@ def read_tuning(path: str | Path) -> dict[str, Any]:
 
 def tuning_table(data: dict[str, Any]) -> list[str]:
     """Markdown rows: per algorithm, each point's value (mean over the starts, and per start),
-    the trials by state, and the point the sweep selects (the best complete admissible one)."""
-    sign = 1.0 if data["objective"]["direction"] == "maximize" else -1.0
+    the trials by state, and the point the sweep selects (its export's ``selected``: the sweep's
+    own rule); a trial a killed sweep left behind and a resume reran counts once."""
     by_alg: dict[str, list[dict[str, Any]]] = {}
     for row in data["trials"]:
         by_alg.setdefault(row["algorithm"], []).append(row)
@@ -53,11 +53,8 @@ def tuning_table(data: dict[str, Any]) -> list[str]:
         "|---|---|---|---|",
     ]
     for alg in data["spec"]["algorithms"]:
-        rows = [r for r in by_alg.get(alg, []) if r["state"] != "WAITING"]
-        rows = [r for r in rows if not str(r.get("error", "")).startswith("interrupted")]
+        rows = [r for r in by_alg.get(alg, []) if r["state"] != "WAITING" and not r["interrupted"]]
         done = [r for r in rows if r["state"] == "COMPLETE" and r["value"] is not None]
-        counted = [r for r in done if r.get("admissible") is not False]
-        best = max(counted, key=lambda r: sign * r["value"], default=None)
         points = []
         for r in sorted(done, key=lambda r: sorted(r["params"].items())):
             per = r.get("values_per_start") or []
@@ -67,8 +64,10 @@ def tuning_table(data: dict[str, Any]) -> list[str]:
             points.append(
                 f"{_point(r)}: {r['value']:.3f}" + (f" ({per_text})" if per_text else "") + mark
             )
-        chosen = _point(best) if best is not None else "none yet"
-        lines.append(f"| {alg} | {len(done)} / {len(rows)} | {'; '.join(points)} | {chosen} |")
+        chosen = next((_point(r) for r in done if r["number"] == data["selected"].get(alg)), None)
+        lines.append(
+            f"| {alg} | {len(done)} / {len(rows)} | {'; '.join(points)} | {chosen or 'none yet'} |"
+        )
     return lines
 
 

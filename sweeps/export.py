@@ -36,7 +36,7 @@ def export_tuning(
     import optuna
 
     from benchmarks.telemetry import metrics as M
-    from sweeps.runner import trial_rows
+    from sweeps.runner import best_trials, spec_dict, trial_rows
     from sweeps.spec import load_spec
 
     spec = load_spec(spec_name)
@@ -75,12 +75,14 @@ def export_tuning(
     payload = {
         "schema_version": SCHEMA_VERSION,
         "sweep": name,
-        "spec": json.loads(json.dumps(_spec_dict(spec), default=str)),
+        "spec": spec_dict(spec),
         "objective": {"metric": spec.objective.metric, "direction": spec.objective.direction},
         "commits": sorted(commits),
         "machines": [json.loads(m) for m in sorted(machines)],
         "exported": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
         "trials": rows,
+        # the trial each algorithm ships, chosen by the sweep's own rule (best_trials)
+        "selected": {b.algorithm: b.number for b in best_trials(spec, studies)},
     }
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -90,9 +92,3 @@ def export_tuning(
     tmp.replace(path)
     logger.info("wrote %s: %d trials of %d studies", path, len(rows), len(studies))
     return path
-
-
-def _spec_dict(spec: Any) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    return asdict(spec)

@@ -493,22 +493,15 @@ def _short_name(name: str, algorithm: str) -> str:
     return name.removeprefix(f"algorithm.{algorithm}.")
 
 
-def _summarize(
-    spec: SweepSpec, studies: Mapping[str, tuple[Any, str | None]]
-) -> tuple[list[BestTrial], dict[str, dict[str, float] | str], dict[str, int]]:
-    """Best complete trial per algorithm, fANOVA importances per study, trial counts by state."""
-    import optuna
-    from optuna.importance import FanovaImportanceEvaluator, get_param_importances
+def best_trials(spec: SweepSpec, studies: Mapping[str, tuple[Any, str | None]]) -> list[BestTrial]:
+    """Per algorithm, the trial the sweep ships: the best complete admissible one (None when it
+    has none yet), with its trial counts. The summary and the tuning export both read this."""
     from optuna.trial import TrialState
 
     sign = 1.0 if spec.objective.direction == "maximize" else -1.0
     best: list[BestTrial] = []
-    importances: dict[str, dict[str, float] | str] = {}
-    states: dict[str, int] = {}
     for name, (study, fixed_alg) in studies.items():
         trials = study.get_trials(deepcopy=False)
-        for t in trials:
-            states[t.state.name] = states.get(t.state.name, 0) + 1
         for alg in [fixed_alg] if fixed_alg else spec.algorithms:
             mine = trials if fixed_alg else [t for t in trials if t.params.get("algorithm") == alg]
             done = [t for t in mine if t.state == TrialState.COMPLETE and t.value is not None]
@@ -532,6 +525,24 @@ def _summarize(
                     failed=sum(t.state == TrialState.FAIL and not _interrupted(t) for t in mine),
                 )
             )
+    return best
+
+
+def _summarize(
+    spec: SweepSpec, studies: Mapping[str, tuple[Any, str | None]]
+) -> tuple[list[BestTrial], dict[str, dict[str, float] | str], dict[str, int]]:
+    """Best complete trial per algorithm, fANOVA importances per study, trial counts by state."""
+    import optuna
+    from optuna.importance import FanovaImportanceEvaluator, get_param_importances
+    from optuna.trial import TrialState
+
+    best = best_trials(spec, studies)
+    importances: dict[str, dict[str, float] | str] = {}
+    states: dict[str, int] = {}
+    for name, (study, _) in studies.items():
+        trials = study.get_trials(deepcopy=False)
+        for t in trials:
+            states[t.state.name] = states.get(t.state.name, 0) + 1
         n_done = sum(t.state == TrialState.COMPLETE for t in trials)
         if n_done < 2:
             importances[name] = f"needs at least 2 complete trials, has {n_done}"
@@ -565,6 +576,7 @@ def trial_rows(spec: SweepSpec, studies: Mapping[str, tuple[Any, str | None]]) -
                     "number": t.number,
                     "state": t.state.name,
                     "error": t.user_attrs.get(_ATTR_ERROR),
+                    "interrupted": _interrupted(t),
                     "value": t.value,
                     "values_per_start": t.user_attrs.get("values_per_start"),
                     "admissible": t.user_attrs.get(_ATTR_ADMISSIBLE) if rules else None,
@@ -782,7 +794,7 @@ def _open_studies(plan: _Plan, resume: bool) -> _Studies:
                 )
         else:
             study = optuna.create_study(study_name=sname, storage=opt_storage, direction=direction)
-            study.set_user_attr("spec", _spec_dict(spec))
+            study.set_user_attr("spec", spec_dict(spec))
             if alg is not None:
                 study.set_user_attr("algorithm", alg)
         for entry in spec.enqueue:
@@ -798,7 +810,7 @@ def _open_studies(plan: _Plan, resume: bool) -> _Studies:
     return _Studies(opt_storage, studies)
 
 
-def _spec_dict(spec: SweepSpec) -> dict[str, Any]:
+def spec_dict(spec: SweepSpec) -> dict[str, Any]:
     return json.loads(json.dumps(asdict(spec), default=str))
 
 
@@ -846,12 +858,12 @@ def _open_parent_run(plan: _Plan, opened: _Studies, resume: bool) -> tuple[Any, 
             },
         )
         parent_id = parent.info.run_id
-        spec_dict = _spec_dict(plan.spec)
+        as_dict = spec_dict(plan.spec)
         params = flatten(
-            {"sweep": {k: v for k, v in spec_dict.items() if k not in ("search_space", "enqueue")}}
+            {"sweep": {k: v for k, v in as_dict.items() if k not in ("search_space", "enqueue")}}
         )
         client.log_batch(parent_id, params=[Param(k, v[:6000]) for k, v in params.items()])
-        client.log_dict(parent_id, spec_dict, "sweep/spec.json")
+        client.log_dict(parent_id, as_dict, "sweep/spec.json")
     for study, _ in opened.studies.values():
         study.set_user_attr(_ATTR_PARENT, parent_id)
     return client, exp_id, parent_id
