@@ -241,13 +241,11 @@ def render_suite(folder: Path, conf: Path = SUITE_CONF) -> SuitePage:
             if not path.is_file():
                 logger.info("%s: the report wrote no %s table", name, stem)
                 continue
-            lines += [f"### {title}", ""]
             caption = _caption(text, stem)
-            if caption:
-                lines += [caption, ""]
-            lines += [path.read_text().strip(), ""]
+            table = [*([caption, ""] if caption else []), path.read_text().strip(), ""]
+            lines += [f"### {title}", "", *table]
             if stem == "leaderboard":
-                board = [*([caption, ""] if caption else []), path.read_text().strip(), ""]
+                board = table
     figure = _figure(eval_points(tidy))
     if figure is not None:
         caption = (
