@@ -361,7 +361,7 @@ def _cmd_export(argv: list[str]) -> int:
 def _export_sweep(
     spec: str, storage: str | None, out: str, tracking_uri: str, here: dict | None
 ) -> int:
-    """``export --sweep``: a sweep's trials into ``<out>/<spec>.json`` (analysis/tuning.py)."""
+    """``export --sweep``: a sweep's trials into ``<out>/<spec>.json`` (sweeps/export.py)."""
     from sweeps.export import export_tuning
     from sweeps.spec import SpecError
 
