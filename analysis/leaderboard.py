@@ -6,9 +6,21 @@ budget: it rewards reaching an accuracy early, and is never censored), a rank wi
 the probability of improving on a reference, and what each costs (FLOPs, of which the critic's,
 wall time per run and peak memory), so an algorithm that buys accuracy with critic compute shows
 it. The unit of replication is the warm start (DESIGN §8): each algorithm's value at a start is
-the mean over its RL seeds there, and every interval resamples starts, the same draw for every
-algorithm, so comparisons stay paired by start. The intervals are percentile bootstraps over
-starts; their coverage has not been checked by simulation, and the table says so.
+the mean over its RL seeds there, and every interval is over starts, paired by start where it
+compares algorithms. Each interval is the one whose coverage held in simulation
+(:mod:`analysis.board_coverage`, results/simulation/leaderboard_coverage.json):
+
+* final and area: the studentized bootstrap over starts. Per-start accuracies near the ceiling
+  or over skewed starts are skewed, and over 5-10 starts both Student's t and the percentile
+  bootstrap this table printed before fall short of their level there.
+* IQM: the percentile bootstrap over starts (a trimmed mean has no simple standard error); the
+  page prints the coverage it reached.
+* rank: the set of ranks compatible with simultaneous paired t intervals of every difference
+  with the others (Bonferroni over them), as in Mogstad, Romano, Shaikh and Wilhelm (2024):
+  it covers the true rank, 1 + the number of algorithms truly better, at least 95% whenever
+  the paired intervals do, where a bootstrap of ranks undercovers near ties.
+* P(> reference): Clopper–Pearson over the starts (exact for a share of independent starts; a
+  tie counts half); a percentile bootstrap of a share of 10 starts collapses to a point at 10/10.
 
 Two registered algorithms are controls, labelled as such: ``ppo_inert_critic`` (PPO whose critic
 does not learn: REINFORCE with whitened returns) and ``spo`` (no learnt critic: a per-prompt Beta
@@ -17,11 +29,14 @@ tracker of success).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
+from scipy import stats
 
 from benchmarks.telemetry.metrics import (
     COMPUTE_FLOPS,
@@ -35,6 +50,12 @@ from ._common import ACCURACY, BUDGET_FRACTION, algorithm_colors, order_algorith
 __all__ = [
     "CONTROLS",
     "LEADERBOARD_INTERVAL",
+    "board_intervals",
+    "bootstrap_intervals",
+    "improvement_interval",
+    "rank_sets",
+    "studentized_interval",
+    "t_interval",
     "format_leaderboard",
     "leaderboard_datasets",
     "leaderboard_table",
@@ -50,8 +71,9 @@ CONTROLS: dict[str, str] = {
 }
 #: How the leaderboard's intervals are made, printed with the table.
 LEADERBOARD_INTERVAL = (
-    "95% percentile bootstrap over starts (the same draw for every algorithm; coverage not "
-    "checked by simulation)"
+    "95% intervals over starts: final and area a studentized bootstrap, IQM a percentile "
+    "bootstrap, rank the set compatible with simultaneous paired t intervals (Bonferroni), "
+    "P(> ref) Clopper–Pearson"
 )
 _COST = {
     "flops": COMPUTE_FLOPS,
@@ -118,6 +140,165 @@ def _ranks(means: np.ndarray) -> np.ndarray:
     return pd.Series(-filled).rank(method="average").to_numpy()
 
 
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Silences numpy's warnings on all-NaN rows (an algorithm a start lacks): NaN is the
+    answer there."""
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield
+
+
+Interval = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def t_interval(values: np.ndarray, level: float = 0.95) -> Interval:
+    """Each row's mean over its starts (NaN: the start lacks it) with Student's t interval;
+    NaN bounds below two starts."""
+    n = (~np.isnan(values)).sum(axis=1)
+    with _quiet():
+        mean = np.nanmean(values, axis=1)
+        half = stats.t.ppf(0.5 + level / 2, n - 1) * np.nanstd(values, axis=1, ddof=1) / np.sqrt(n)
+    half = np.where(n >= 2, half, np.nan)
+    return mean, mean - half, mean + half
+
+
+def studentized_interval(
+    values: np.ndarray, reps: int, rng: np.random.Generator, level: float = 0.95
+) -> Interval:
+    """Each row's mean over its starts with the studentized (bootstrap-t) interval: the
+    quantiles of (resampled mean - mean) / resampled standard error, each row resampling its
+    own starts. Per-start accuracies near the ceiling or over skewed starts are skewed, where
+    Student's t and the percentile bootstrap both fall short of their level over 5-10 starts;
+    the studentized bootstrap corrects for the skew to second order (coverage:
+    :mod:`analysis.board_coverage`). NaN bounds below two starts; resamples of one repeated
+    value (no spread, probability S^(1-S)) are left out."""
+    a = values.shape[0]
+    mean, lo, hi = (np.full(a, np.nan) for _ in range(3))
+    tail = (1 - level) / 2
+    for j in range(a):
+        v = values[j][~np.isnan(values[j])]
+        if v.size == 0:
+            continue
+        mean[j] = v.mean()
+        if v.size < 2:
+            continue
+        se = v.std(ddof=1) / np.sqrt(v.size)
+        boot = v[rng.integers(0, v.size, size=(reps, v.size))]
+        boot_se = boot.std(axis=1, ddof=1) / np.sqrt(v.size)
+        spread = boot_se > 0
+        t = (boot.mean(axis=1)[spread] - mean[j]) / boot_se[spread]
+        if se == 0 or t.size == 0:
+            lo[j] = hi[j] = mean[j]
+            continue
+        q_lo, q_hi = np.quantile(t, [tail, 1 - tail])
+        lo[j], hi[j] = mean[j] - q_hi * se, mean[j] - q_lo * se
+    return mean, lo, hi
+
+
+def rank_sets(values: np.ndarray, level: float = 0.95) -> Interval:
+    """Each row's rank by mean (1 = best, ties averaged) and the set of ranks compatible with
+    simultaneous paired t intervals of its differences with every other row.
+
+    Row j's true rank is 1 + the number of rows with a higher true mean. With every interval
+    of mu_k - mu_j (k != j) at level 1 - alpha / (A - 1) (Bonferroni), the set [1 + #{k: the
+    interval is above 0}, A - #{k: it is below 0}] holds it with probability at least
+    ``level`` (Mogstad, Romano, Shaikh and Wilhelm 2024, marginal rank sets). A pair sharing
+    fewer than two starts is left undecided.
+    """
+    a = values.shape[0]
+    with _quiet():
+        point = _ranks(np.nanmean(values, axis=1))
+        d = values[None, :, :] - values[:, None, :]  # d[j, k, s] = y_k - y_j
+        n = (~np.isnan(d)).sum(axis=2)
+        mean = np.nanmean(d, axis=2)
+        q = stats.t.ppf(1 - (1 - level) / (2 * max(a - 1, 1)), n - 1)
+        half = q * np.nanstd(d, axis=2, ddof=1) / np.sqrt(n)
+        decided = (n >= 2) & ~np.eye(a, dtype=bool)
+        better = decided & (mean - half > 0)
+        worse = decided & (mean + half < 0)
+    return point, 1.0 + better.sum(axis=1), float(a) - worse.sum(axis=1)
+
+
+def improvement_interval(values: np.ndarray, reference: int, level: float = 0.95) -> Interval:
+    """Each row's share of the starts (shared with the reference row) at which it beats the
+    reference, a tie counting half, with the Clopper–Pearson interval (its beta quantiles taken
+    at the half-integer count when a tie occurs); the reference's own row is NaN."""
+    both = ~np.isnan(values) & ~np.isnan(values[reference])
+    wins = (values > values[reference]) + 0.5 * (values == values[reference])
+    k = np.where(both, wins, 0.0).sum(axis=1)
+    n = both.sum(axis=1).astype(float)
+    alpha = 1 - level
+    with _quiet():
+        p = k / n
+        lo = np.where(k > 0, stats.beta.ppf(alpha / 2, k, n - k + 1), 0.0)
+        hi = np.where(k < n, stats.beta.ppf(1 - alpha / 2, k + 1, n - k), 1.0)
+    out = [np.where(n > 0, x, np.nan) for x in (p, lo, hi)]
+    for x in out:
+        x[reference] = np.nan
+    return out[0], out[1], out[2]
+
+
+def bootstrap_intervals(
+    values: np.ndarray, reference: int | None, reps: int, rng: np.random.Generator
+) -> dict[str, Interval]:
+    """Percentile bootstrap over starts (the same draw for every row) of the mean, the IQM, the
+    rank and the share of starts beating the reference: the leaderboard's intervals before their
+    coverage was checked, kept for the IQM (which has no simpler interval) and as the
+    simulation's comparison."""
+    s = values.shape[1]
+    draws = rng.integers(0, s, size=(reps, s))  # (R, S)
+    boot = values[:, draws]  # (A, R, S)
+    with _quiet():
+        mean = np.nanmean(boot, axis=2)  # (A, R)
+        srt = np.sort(boot, axis=2)  # NaN last
+        n = (~np.isnan(boot)).sum(axis=2)
+        cut = np.floor(0.25 * n).astype(int)
+        pos = np.arange(s)[None, None, :]
+        keep = (pos >= cut[..., None]) & (pos < (n - cut)[..., None])
+        iqm = np.where(keep, srt, 0.0).sum(axis=2) / keep.sum(axis=2)
+        filled = np.where(np.isnan(mean), -np.inf, mean)
+        above = (filled[None, :, :] > filled[:, None, :]).sum(axis=1)
+        level = (filled[None, :, :] == filled[:, None, :]).sum(axis=1) - 1
+        means = np.nanmean(values, axis=1)
+        stat = {"mean": mean, "iqm": iqm, "rank": 1.0 + above + 0.5 * level}
+        point = {
+            "mean": means,
+            "iqm": np.array([_iqm(row) for row in values]),
+            "rank": _ranks(means),
+        }
+        if reference is not None:
+            ref = boot[reference][None]
+            both = ~np.isnan(boot) & ~np.isnan(ref)
+            wins = (boot > ref) + 0.5 * (boot == ref)
+            stat["p_improve"] = np.where(both, wins, np.nan).sum(axis=2) / both.sum(axis=2)
+            point["p_improve"] = improvement_interval(values, reference)[0]
+        out = {}
+        for name, v in stat.items():
+            lo = np.nanpercentile(v, 2.5, axis=1)
+            hi = np.nanpercentile(v, 97.5, axis=1)
+            if name == "p_improve":
+                lo[reference], hi[reference] = np.nan, np.nan
+            out[name] = (point[name], lo, hi)
+    return out
+
+
+def board_intervals(
+    values: np.ndarray, reference: int | None, reps: int, rng: np.random.Generator
+) -> dict[str, Interval]:
+    """The leaderboard's estimate and 95% interval of each statistic of per-start scores
+    (A algorithms x S starts, NaN where a start lacks one), each by the method whose coverage
+    held in simulation (module docstring)."""
+    out = {
+        "mean": studentized_interval(values, reps, rng),
+        "iqm": bootstrap_intervals(values, None, reps, rng)["iqm"],
+        "rank": rank_sets(values),
+    }
+    if reference is not None:
+        out["p_improve"] = improvement_interval(values, reference)
+    return out
+
+
 def leaderboard_table(
     points: pd.DataFrame,
     starts: Mapping[str, str],
@@ -137,8 +318,8 @@ def leaderboard_table(
         metric: the eval metric leaf.
         reference: the algorithm improvement probabilities are against (GRPO by default: the
             baseline every method of this family compares with).
-        reps: bootstrap replicates (resampled starts).
-        seed: seeds the bootstrap.
+        reps: bootstrap replicates of the IQM's interval (resampled starts).
+        seed: seeds that bootstrap.
 
     Returns:
         One row per algorithm: starts, runs, final / iqm / area with ``_lo`` and ``_hi``, rank with
@@ -155,41 +336,24 @@ def leaderboard_table(
         for k in ("final", "area")
     }
     final, area = grid["final"].to_numpy(float), grid["area"].to_numpy(float)  # (A, S)
-    rng = np.random.default_rng(seed)
-    draws = rng.integers(0, len(start_ids), size=(reps, len(start_ids)))  # (R, S)
     ref = algos.index(reference) if reference in algos else None
-
-    def stats(idx: np.ndarray) -> tuple[np.ndarray, ...]:
-        f, a = final[:, idx], area[:, idx]  # (A, S')
-        with np.errstate(invalid="ignore"):
-            mean_f = np.nanmean(f, axis=1)
-            mean_a = np.nanmean(a, axis=1)
-        iqm = np.array([_iqm(row) for row in f])
-        p = np.full(len(algos), np.nan)
-        if ref is not None:
-            both = ~np.isnan(f) & ~np.isnan(f[ref])
-            wins = (f > f[ref]) + 0.5 * (f == f[ref])
-            with np.errstate(invalid="ignore"):
-                p = np.where(both, wins, np.nan).sum(1) / both.sum(1)
-        return mean_f, iqm, mean_a, _ranks(mean_f), p
-
-    with np.errstate(all="ignore"):
-        point = stats(np.arange(len(start_ids)))
-        boots = [stats(d) for d in draws]
-    names = ("final", "iqm", "area", "rank", "p_improve")
+    on_final = board_intervals(final, ref, reps, np.random.default_rng(seed))
+    columns = {
+        "final": on_final["mean"],
+        "iqm": on_final["iqm"],
+        "area": studentized_interval(area, reps, np.random.default_rng(seed)),
+        "rank": on_final["rank"],
+    }
+    if ref is not None:
+        columns["p_improve"] = on_final["p_improve"]
     table = pd.DataFrame({"algorithm": algos})
     counts = runs.groupby("algorithm").size()
     table["starts"] = [int(grid["final"].loc[a].notna().sum()) for a in algos]
     table["runs"] = [int(counts.get(a, 0)) for a in algos]
-    for i, name in enumerate(names):
-        values = np.stack([b[i] for b in boots])  # (R, A)
-        table[name] = point[i]
-        table[f"{name}_lo"] = np.nanpercentile(values, 2.5, axis=0)
-        table[f"{name}_hi"] = np.nanpercentile(values, 97.5, axis=0)
-    if ref is not None:
-        table.loc[
-            table["algorithm"] == reference, ["p_improve", "p_improve_lo", "p_improve_hi"]
-        ] = np.nan
+    nothing = (np.full(len(algos), np.nan),) * 3
+    for name in ("final", "iqm", "area", "rank", "p_improve"):
+        point, lo, hi = columns.get(name, nothing)
+        table[name], table[f"{name}_lo"], table[f"{name}_hi"] = point, lo, hi
     cost = runs.groupby("algorithm")[list(_COST)].mean()
     for name in _COST:
         table[name] = table["algorithm"].map(cost[name])

@@ -33,6 +33,7 @@ from typing import Any
 
 from benchmarks.telemetry.metrics import COMPUTE_ROLLOUT_SAMPLES
 
+from .board_coverage import coverage_lines
 from .tuning import tuning_section
 
 __all__ = [
@@ -382,11 +383,13 @@ def render_leaderboard_page(
     results_name: str = "results",
     conf: Path = SUITE_CONF,
     tuned: bool = False,
+    results_root: Path | str = "results",
 ) -> str:
     """The campaign's page: per campaign suite its description, how many of its declared starts
     the committed shards hold, its declared claims' verdict lines and its leaderboard with the
     performance profile. A suite with no shard yet says so; nothing here is typed by hand.
-    ``tuned``: the results page has a tuning section to link."""
+    ``tuned``: the results page has a tuning section to link; ``results_root``: where the
+    intervals' coverage file is read (:func:`analysis.board_coverage.coverage_lines`)."""
     tuning = "results.md#tuning-sweeps" if tuned else "results.md"
     by_name = {s.folder: s for s in sections}
     lines = [
@@ -430,6 +433,7 @@ def render_leaderboard_page(
             f"every shard: [results.md](results.md#{_anchor(suite)}).",
             "",
         ]
+    lines += coverage_lines(results_root)
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
@@ -475,7 +479,9 @@ def generate(
     page = docs / PAGE
     tuning = tuning_section(results)
     page.write_text(render_page(sections, results.name, tuning))
-    board = render_leaderboard_page(sections, results.name, conf, tuned=bool(tuning))
+    board = render_leaderboard_page(
+        sections, results.name, conf, tuned=bool(tuning), results_root=results
+    )
     (docs / LEADERBOARD_PAGE).write_text(board)
     logger.info("wrote %s and %d figures in %.1f s", page, len(written),
                 time.perf_counter() - started)  # fmt: skip

@@ -7,14 +7,19 @@ import numpy as np
 import pandas as pd
 import pytest
 from matplotlib.figure import Figure
+from scipy import stats
 
 from analysis.leaderboard import (
     CONTROLS,
     format_leaderboard,
+    improvement_interval,
     leaderboard_table,
     per_start_scores,
     plot_performance_profile,
+    rank_sets,
     run_scores,
+    studentized_interval,
+    t_interval,
 )
 from benchmarks.telemetry.metrics import (
     COMPUTE_FLOPS,
@@ -75,9 +80,11 @@ def test_means_over_starts_ranks_and_paired_improvement() -> None:
     assert table.loc["sppo", "final"] == pytest.approx(0.75)
     assert table.loc["grpo", "area"] == pytest.approx(np.mean(finals["grpo"]) / 2)
     assert (table.loc[:, "starts"] == 4).all() and (table.loc[:, "runs"] == 8).all()
-    # sppo beats grpo at every start: every resample ranks it first and P = 1 throughout.
+    # sppo beats both others by the same amount at every start: its paired differences have no
+    # spread, so its rank set is {1}; P = 1 with Clopper-Pearson's lower bound (0.025)^(1/4).
     assert table.loc["sppo", ["rank", "rank_lo", "rank_hi"]].tolist() == [1.0, 1.0, 1.0]
-    assert table.loc["sppo", ["p_improve", "p_improve_lo", "p_improve_hi"]].tolist() == [1, 1, 1]
+    assert table.loc["sppo", "p_improve"] == 1.0 and table.loc["sppo", "p_improve_hi"] == 1.0
+    assert table.loc["sppo", "p_improve_lo"] == pytest.approx(0.025**0.25)
     # ppo ties grpo at one start of four (counted half) and loses at the others.
     assert table.loc["ppo", "p_improve"] == pytest.approx(0.5 / 4)
     assert np.isnan(table.loc["grpo", "p_improve"])  # the reference is not compared with itself
@@ -113,3 +120,47 @@ def test_performance_profile_steps_down_at_each_start() -> None:
     assert y[np.searchsorted(x, 0.1)] == 1.0
     assert y[np.searchsorted(x, 0.5)] == 0.5
     assert y[np.searchsorted(x, 0.7)] == 0.0
+
+
+def test_rank_sets_decide_only_the_pairs_their_intervals_separate() -> None:
+    rng = np.random.default_rng(0)
+    noise = 0.01 * rng.standard_normal((4, 10))
+    # rows 0 and 1 tied, far above row 2, far above row 3
+    values = np.array([0.8, 0.8, 0.5, 0.2])[:, None] + noise
+    point, lo, hi = rank_sets(values)
+    assert lo.tolist() == [1.0, 1.0, 3.0, 4.0]
+    assert hi.tolist() == [2.0, 2.0, 3.0, 4.0]
+    assert sorted(point[:2].tolist()) == [1.0, 2.0]
+    # identical rows: nothing separates them, every rank is possible
+    _, lo, hi = rank_sets(np.tile(values[0], (3, 1)))
+    assert lo.tolist() == [1.0] * 3 and hi.tolist() == [3.0] * 3
+    # a row with one shared start decides nothing
+    one = np.array([[0.9, np.nan, np.nan], [0.1, 0.2, 0.3]])
+    _, lo, hi = rank_sets(one)
+    assert lo.tolist() == [1.0, 1.0] and hi.tolist() == [2.0, 2.0]
+
+
+def test_improvement_interval_is_clopper_pearson_with_ties_half() -> None:
+    ref = np.array([0.5, 0.5, 0.5, 0.5, 0.5])
+    values = np.vstack([ref, [0.6, 0.6, 0.4, 0.5, np.nan], [0.6] * 5])
+    p, lo, hi = improvement_interval(values, reference=0)
+    assert np.isnan(p[0]) and np.isnan(lo[0]) and np.isnan(hi[0])
+    # row 1: 2 wins, 1 tie, 1 loss over the 4 shared starts: 2.5 / 4
+    assert p[1] == pytest.approx(2.5 / 4)
+    assert lo[1] == pytest.approx(stats.beta.ppf(0.025, 2.5, 2.5))
+    assert hi[1] == pytest.approx(stats.beta.ppf(0.975, 3.5, 1.5))
+    # row 2 wins everywhere: exact bounds (0.025)^(1/5) and 1
+    assert (p[2], hi[2]) == (1.0, 1.0) and lo[2] == pytest.approx(0.025 ** (1 / 5))
+
+
+def test_studentized_interval_holds_the_mean_and_degenerates_without_spread() -> None:
+    rng = np.random.default_rng(1)
+    values = np.vstack([rng.normal(0.4, 0.1, 10), np.full(10, 0.7), [0.5] + [np.nan] * 9])
+    mean, lo, hi = studentized_interval(values, reps=2000, rng=rng)
+    assert mean[0] == pytest.approx(values[0].mean())
+    assert lo[0] < mean[0] < hi[0]
+    # its width is of the order of Student's: the same standard error, quantiles of t
+    t_mean, t_lo, t_hi = t_interval(values)
+    assert 0.5 < (hi[0] - lo[0]) / (t_hi[0] - t_lo[0]) < 2.0
+    assert (lo[1], hi[1]) == (0.7, 0.7)
+    assert mean[2] == 0.5 and np.isnan(lo[2]) and np.isnan(hi[2]) and np.isnan(t_lo[2])
