@@ -76,7 +76,7 @@ clean:
 
 # Mutation testing (docs/mutation.md): mutmut over algorithms/, the trainer's step and the code the
 # suite's numbers pass through (tasks, warm-start identity, in-training evaluation, prompt stream,
-# verl metrics, verdicts), run with the fast tests that cover them ([tool.mutmut] in
+# verl metrics, the claims' protocol), run with the fast tests that cover them ([tool.mutmut] in
 # pyproject.toml), then the score per module; fails on a target missed or a survivor
 # docs/mutation.md does not list. Not part of `make test` (docs/mutation.md has its wall times).
 # MUTANT_WORKERS=1 on a busy machine; MUTANT_SCOPE='--scope "verl metrics"' for some scopes only.

@@ -18,8 +18,8 @@ notebook or CI job can analyse a store without the training stack. Typical use::
 Uncertainty follows rliable (dict[algorithm] -> array(runs, tasks)): stratified bootstrap
 intervals, IQM, probability of improvement (docs/design.md §6; the shapes follow rliable).
 Verdicts are drawn only on the claims a suite declared before it ran (:mod:`analysis.claims`),
-after their gates pass (:mod:`analysis.gates`), with the warm start as the unit of replication
-and Holm's adjustment over each declared family (:mod:`analysis.protocol`, docs/statistics.md).
+after their gates pass (:mod:`analysis.claims.gates`), with the warm start as the unit of replication
+and Holm's adjustment over each declared family (:mod:`analysis.claims.protocol`, docs/statistics.md).
 """
 
 from ._common import (
@@ -39,29 +39,8 @@ from .calibration import (
     plot_calibration,
     plot_calibration_trajectory,
 )
-from .claims import Claim, Family, Gates, parse_claims
-from .curves import (
-    Curve,
-    aligned_curves,
-    compute_to_target,
-    describe_compute_to_target,
-    final_scores,
-    paired_ratio_of_means,
-    score_dict,
-)
-from .fit import SaturatingFit, fit_curves, fit_saturating, saturating_curve
-from .gates import Gate, claim_datasets, evaluate_gates, untestable
-from .horizon import horizon_points, horizon_table, plot_accuracy_vs_horizon
-from .load import ITEM_TABLE_COLUMNS, TIDY_COLUMNS, eval_points, load_items, load_runs, run_params
-from .notebook import NotebookData, notebook_data, resolve_tracking_uri, save_figure
-from .plots import (
-    plot_accuracy_table,
-    plot_accuracy_vs_compute,
-    plot_memory,
-    plot_panels,
-    plot_training_curves,
-)
-from .protocol import (
+from .claims.gates import Gate, claim_datasets, evaluate_gates, untestable
+from .claims.protocol import (
     CONDITIONAL,
     ClaimEstimate,
     HolmRow,
@@ -72,6 +51,28 @@ from .protocol import (
     horizon_slope,
     reached_level,
     verdict,
+)
+from .claims.spec import Claim, Family, Gates, parse_claims
+from .claims.table import claims_table, describe_claims, format_claims_table
+from .curves import (
+    Curve,
+    aligned_curves,
+    compute_to_target,
+    describe_compute_to_target,
+    final_scores,
+    paired_ratio_of_means,
+    score_dict,
+)
+from .fit import SaturatingFit, fit_curves, fit_saturating, saturating_curve
+from .horizon import horizon_points, horizon_table, plot_accuracy_vs_horizon
+from .load import ITEM_TABLE_COLUMNS, TIDY_COLUMNS, eval_points, load_items, load_runs, run_params
+from .notebook import NotebookData, notebook_data, resolve_tracking_uri, save_figure
+from .plots import (
+    plot_accuracy_table,
+    plot_accuracy_vs_compute,
+    plot_memory,
+    plot_panels,
+    plot_training_curves,
 )
 from .report import log_report_to_mlflow, write_report
 from .stats import (
@@ -85,10 +86,7 @@ from .stats import (
 )
 from .tables import (
     accuracy_table,
-    claims_table,
-    describe_claims,
     format_accuracy_table,
-    format_claims_table,
     format_number,
     improvement_table,
     iqm_table,

@@ -10,7 +10,7 @@ accuracy with x times fewer rollout tokens" by linear interpolation on the mean 
 paired interval over seeds (:func:`paired_ratio_of_means`) so that a ratio within noise is never told
 as a win. That interval is exploratory and labelled with the coverage it reaches
 (:data:`TARGET_INTERVAL`): a per-seed bootstrap at nominal 95% that covers about 90% in
-simulation; the declared claims' verdicts come from :mod:`analysis.protocol` instead.
+simulation; the declared claims' verdicts come from :mod:`analysis.claims.protocol` instead.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """How many independent starts a claim needs: its variance components from a pilot, then a
 simulation of the protocol's interval at each number of starts.
 
-A claim's interval (:mod:`analysis.protocol`) has two variance parts: the spread of the
+A claim's interval (:mod:`analysis.claims.protocol`) has two variance parts: the spread of the
 per-start effects, which shrinks as starts are added, and the shared eval items' part, which
 every start has in common and which more starts do not shrink:
 
@@ -37,7 +37,7 @@ import pandas as pd
 from scipy.stats import t as student_t
 
 if TYPE_CHECKING:
-    from .claims import Claim
+    from .claims.spec import Claim
 
 __all__ = [
     "PowerPlan",
@@ -213,7 +213,7 @@ def power_table(
     A compute ratio is censored, so its power is not simulated: the row says so (claim (b)'s
     primary estimand is the area).
     """
-    from .tables import estimate_claim
+    from .claims.table import estimate_claim
 
     rows = []
     for c in claims:

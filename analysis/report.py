@@ -38,10 +38,12 @@ from .calibration import (
     plot_calibration,
     plot_calibration_trajectory,
 )
-from .claims import CLAIMS_PARAM, Claim, claims_from_param
+from .claims.gates import claim_datasets, per_start_finals
+from .claims.protocol import final_difference
+from .claims.spec import CLAIMS_PARAM, Claim, claims_from_param
+from .claims.table import claims_table, describe_claims, format_claims_table
 from .curves import compute_to_target, describe_compute_to_target
 from .fit import fit_curves
-from .gates import claim_datasets, per_start_finals
 from .horizon import horizon_table, plot_accuracy_vs_horizon
 from .leaderboard import (
     LEADERBOARD_INTERVAL,
@@ -54,13 +56,9 @@ from .leaderboard import (
 )
 from .load import ITEM_TABLE_COLUMNS, eval_points, load_items, run_params
 from .plots import plot_memory, plot_panels, plot_training_curves
-from .protocol import final_difference
 from .tables import (
     accuracy_table,
-    claims_table,
-    describe_claims,
     format_accuracy_table,
-    format_claims_table,
     improvement_table,
     iqm_table,
     memory_components_table,
@@ -180,7 +178,7 @@ def write_report(
             ``df.attrs["tracking_uri"]`` (set by :func:`analysis.load_runs`).
         calibration: the calibration tables (:func:`analysis.load_calibration`) instead of
             reading them from the store.
-        claims: the declared claims (:func:`analysis.claims.parse_claims`); default: those the
+        claims: the declared claims (:func:`analysis.claims.spec.parse_claims`); default: those the
             runs logged (their ``claims`` param); None: none declared (no verdicts).
         items: the item table (:func:`analysis.load_items`) instead of reading it from the store.
 

@@ -57,7 +57,7 @@ from benchmarks.telemetry.metrics import (
 
 from ._common import MLFLOW_PARENT_TAG, RUN_COLUMNS, local_artifact_dir
 from .calibration import CALIBRATION_ARTIFACT, load_calibration
-from .claims import CLAIMS_PARAM, Claim, claims_from_param
+from .claims.spec import CLAIMS_PARAM, Claim, claims_from_param
 from .load import (
     CONTAINER_ROLES,
     eval_points,

@@ -48,7 +48,7 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, stats
 
-from .protocol import (
+from .claims.protocol import (
     ITEM_COLUMNS,
     Intervals,
     area_intervals,
@@ -193,7 +193,7 @@ def _area_truth(design: Design) -> float:
     """The expected area difference: per eval, the expected accuracy of a minus b (as in
     :func:`true_effect`, on the learning curves of :func:`_simulate`), weighted by the trapezoid
     weights of the evals' budget fractions."""
-    from .protocol import trapezoid_weights
+    from .claims.protocol import trapezoid_weights
 
     rng = np.random.default_rng(12345)
     g, m = len(design.horizons), 4000
@@ -436,7 +436,7 @@ def critic_gate_pass_rates(
     simulated suites: ``"min"``, every start's last eval at least ``threshold`` (the old gate);
     ``"bound"``, the one-sided 95% lower bound over starts of the late-eval means at least
     ``threshold`` (:func:`analysis.gates.lower_bound`, the gate the claims read)."""
-    from .gates import lower_bound
+    from .claims.gates import lower_bound
 
     rng = np.random.default_rng(seed)
     level = design.level + design.start_sd * rng.standard_normal((n, n_starts))

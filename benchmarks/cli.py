@@ -381,7 +381,7 @@ def _cmd_power(argv: list[str]) -> int:
     from omegaconf import OmegaConf
 
     from analysis import to_markdown
-    from analysis.claims import parse_claims
+    from analysis.claims.spec import parse_claims
     from analysis.power import TARGET_POWER, power_table
     from analysis.results import ResultsError, read_results
 

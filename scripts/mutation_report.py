@@ -96,7 +96,7 @@ SCOPE: dict[str, tuple[str, ...]] = {
     "in-training evaluation": ("benchmarks.evaluation.trainer_evals.*",),
     "verl metrics": ("benchmarks.verl_engine.metrics.*",),
     #: The declared claims' estimates, intervals, Holm and verdicts (what the report publishes).
-    "protocol": ("analysis.protocol.*",),
+    "protocol": ("analysis.claims.protocol.*",),
 }
 #: Least share of non-equivalent mutants killed, per scope.
 TARGETS = {

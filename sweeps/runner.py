@@ -258,9 +258,9 @@ class _Objective:
         """Record the spec's ``admissible`` metrics, whether the trial reaches every minimum, and
         the constraint values the sampler reads (``Trial.set_constraint``, <= 0: feasible).
 
-        A metric is read per start as the claims' gates read it (:mod:`analysis.gates`, the one
+        A metric is read per start as the claims' gates read it (:mod:`analysis.claims.gates`, the one
         implementation of "can this testbed separate the algorithms"): per start the mean over
-        its runs (:func:`analysis.gates.per_start_means`), then :func:`analysis.gates.start_gate`
+        its runs (:func:`analysis.claims.gates.per_start_means`), then :func:`analysis.claims.gates.start_gate`
         at its weakest start. The claims gate a critic on the 95% lower bound of the mean over
         five or more starts; a trial has two, where that bound has t = 6.31 and admits nothing,
         so the screen asks every start to reach the minimum. A metric a run never logged counts
@@ -271,7 +271,7 @@ class _Objective:
             return
         from mlflow.tracking import MlflowClient
 
-        from analysis.gates import start_gate
+        from analysis.claims.gates import start_gate
         from benchmarks.telemetry import metrics as M
 
         client = MlflowClient(self.ctx.tracking_uri)
@@ -294,9 +294,9 @@ def final_per_start(
     finals: Sequence[tuple[str, Mapping[str, float]]], metric: str
 ) -> dict[str, float]:
     """``metric``'s final value per start, averaged over the start's runs
-    (:func:`analysis.gates.per_start_means`), from (start, final metrics) pairs, one per run;
+    (:func:`analysis.claims.gates.per_start_means`), from (start, final metrics) pairs, one per run;
     empty when any run lacks the metric (the trial then misses)."""
-    from analysis.gates import per_start_means
+    from analysis.claims.gates import per_start_means
 
     if not finals or any(metric not in m for _, m in finals):
         return {}
@@ -631,7 +631,7 @@ def render_markdown(result: SweepResult) -> str:
             "## Every trial",
             "",
             "Admissible: every start of the trial reaches the spec's `admissible` minimums "
-            "(final values, each start's runs averaged, the weakest start's, as analysis.gates "
+            "(final values, each start's runs averaged, the weakest start's, as analysis.claims.gates "
             "reads them; each start's "
             "in brackets); only admissible trials can be best. Per start: the objective of "
             "each independent start.",

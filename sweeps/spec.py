@@ -27,7 +27,7 @@ and what is allowed.
     starts: 2                          # independent warm starts per trial (seeds with
                                        # warmstart.per_seed); the value is their mean
     admissible:                        # a trial counts only if every start's final value
-      ppo: {critic/heldout_explained_variance: 0.1}    # reaches these (analysis.gates.start_gate,
+      ppo: {critic/heldout_explained_variance: 0.1}    # reaches these (analysis.claims.gates.start_gate,
                                                        # at the weakest start)
 
 With ``starts`` > 1 the trial's value is the mean of its starts' values, known only at the end,

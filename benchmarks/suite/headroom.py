@@ -6,13 +6,13 @@ table (thresholds: docs/design.md §8):
 
 * the start is far from solved: mean start accuracy <= 0.5;
 * no algorithm saturates: every algorithm's mean final accuracy < 0.95 (the ceiling the claims'
-  saturation gate reads, :data:`analysis.gates.CEILING`);
+  saturation gate reads, :data:`analysis.claims.gates.CEILING`);
 * learning is visible: the best algorithm's mean gain over the start >= 0.15;
 * difficulty varies: at the start, >= 30% of held-out prompts have a success rate in [0.1, 0.9].
 
-The values come from :func:`analysis.gates.separation`, the one implementation of "can this
+The values come from :func:`analysis.claims.gates.separation`, the one implementation of "can this
 testbed separate the algorithms" that the claims' gates and a sweep's admissibility call too; a
-check is an :class:`analysis.gates.Gate`.
+check is an :class:`analysis.claims.gates.Gate`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.gates import CEILING, Gate, separation
+from analysis.claims.gates import CEILING, Gate, separation
 
 __all__ = ["THRESHOLDS", "HeadroomCheck", "headroom"]
 
@@ -39,7 +39,7 @@ THRESHOLDS: dict[str, tuple[float, str]] = {
 
 @dataclass(frozen=True)
 class HeadroomCheck(Gate):
-    """One headroom property: a :class:`analysis.gates.Gate` with the suite's line format."""
+    """One headroom property: a :class:`analysis.claims.gates.Gate` with the suite's line format."""
 
     @property
     def holds(self) -> bool:

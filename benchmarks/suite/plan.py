@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from algorithms import Algorithm, ConfigError, get_algorithm, list_algorithms
-from analysis.claims import Claim, parse_claims
+from analysis.claims.spec import Claim, parse_claims
 from benchmarks.engines.factory import check_rollout_config
 from benchmarks.suite.jobs import is_ray, resolve_jobs
 from benchmarks.tasks.base import Task

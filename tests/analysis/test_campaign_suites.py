@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from algorithms.base import list_algorithms
-from analysis.claims import Family
+from analysis.claims.spec import Family
 from benchmarks.config import compose_config
 from benchmarks.suite.plan import validate
 from sweeps.spec import load_spec

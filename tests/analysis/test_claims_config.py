@@ -10,7 +10,7 @@ import json
 import pytest
 
 from algorithms import ConfigError
-from analysis.claims import Family, claims_from_param, parse_claims
+from analysis.claims.spec import Family, claims_from_param, parse_claims
 from benchmarks.config import compose_config
 from benchmarks.suite.plan import validate
 

@@ -9,16 +9,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.claims import parse_claims
-from analysis.protocol import area_difference, horizon_slope
-from analysis.simulate import Design, simulate_items
-from analysis.tables import (
+from analysis.claims.protocol import area_difference, horizon_slope
+from analysis.claims.spec import parse_claims
+from analysis.claims.table import (
     CLAIM_COLUMNS,
     NOT_REJECTABLE,
     claims_table,
     describe_claims,
     format_claims_table,
 )
+from analysis.simulate import Design, simulate_items
 
 FAMILY = {"name": "headline", "size": 4}
 

@@ -25,7 +25,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from analysis.protocol import reached_level
+from analysis.claims.protocol import reached_level
 from analysis.simulate import Design, evaluate, null_design
 
 N = 1000
@@ -125,7 +125,7 @@ def test_the_bound_passes_a_learning_critic_more_often_with_more_starts(eval_sd)
 def test_the_bound_passes_a_learning_pearson_more_often_with_more_starts():
     """A learning critic on the prompt-level Pearson, at the marginal level the chain_sum
     critics showed (mean 0.45, start sd 0.15), against the calibrated 0.303."""
-    from analysis.gates import CRITIC_PEARSON_MIN
+    from analysis.claims.gates import CRITIC_PEARSON_MIN
     from analysis.simulate import CriticDesign, critic_gate_pass_rates
 
     design = CriticDesign(level=0.45, start_sd=0.15, eval_sd=0.05)
@@ -141,7 +141,7 @@ def test_the_bound_passes_an_inert_critic_at_most_five_percent(n_starts, level):
     """An inert critic (sd over starts 0.213, as measured) whose true level is the threshold
     (the worst case the calibration allows) passes at about 5%, held to 0.05 + 2.33 standard
     errors; at its measured level (0.180) almost never."""
-    from analysis.gates import CRITIC_PEARSON_MIN
+    from analysis.claims.gates import CRITIC_PEARSON_MIN
     from analysis.simulate import CriticDesign, critic_gate_pass_rates
 
     design = CriticDesign(level=level, start_sd=0.213, eval_sd=0.05)

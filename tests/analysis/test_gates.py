@@ -14,8 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.claims import parse_claims
-from analysis.gates import (
+from analysis.claims.gates import (
     CEILING,
     CRITIC_PEARSON_MIN,
     INERT_CRITIC_PEARSON,
@@ -30,6 +29,7 @@ from analysis.gates import (
     unsaturated_starts,
     untestable,
 )
+from analysis.claims.spec import parse_claims
 
 HORIZONS = (1, 2, 4, 8)
 ITEMS = 20
@@ -303,7 +303,7 @@ def test_the_sensitivity_line_drops_the_saturated_starts_and_the_verdict_keeps_t
     each); on s0 both end at 1.0 everywhere (slope 0). The verdict's estimate is over all three
     starts (0.00986); the sensitivity line, over s1 and s2, reads +0.015 and says it is not the
     verdict. With no saturated start there is no line."""
-    from analysis.tables import claims_table, describe_claims
+    from analysis.claims.table import claims_table, describe_claims
 
     final = {a: dict(v) for a, v in LEARNS.items()}
     final["sppo"][8] += 0.1

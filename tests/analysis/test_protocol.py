@@ -1,4 +1,4 @@
-"""The verdict protocol (analysis/protocol.py) on item tables whose answer is worked by hand:
+"""The verdict protocol (analysis/claims/protocol.py) on item tables whose answer is worked by hand:
 the estimands (the area under the accuracy-versus-compute curve among them), the t interval with
 the shared-item variance, censoring, Holm's step-down adjustment and its ties, the margin claims'
 p-values (non-inferiority, equivalence by two one-sided tests) and the verdict rule. Coverage on
@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from analysis.protocol import (
+from analysis.claims.protocol import (
     CONDITIONAL,
     DOES_NOT_HOLD,
     EQUIVALENT,
@@ -283,7 +283,7 @@ def test_area_needs_every_eval():
 
 
 def test_isotonic_fit_matches_pool_adjacent_violators():
-    from analysis.protocol import _isotonic  # the helper under test, loop versus vectorised
+    from analysis.claims.protocol import _isotonic  # the helper under test, loop versus vectorised
 
     def pava(y):
         blocks = [[v, 1] for v in y]

@@ -1,4 +1,4 @@
-"""The protocol's array path (analysis/protocol.py: ``ratio_intervals``, ``area_intervals`` and
+"""The protocol's array path (analysis/claims/protocol.py: ``ratio_intervals``, ``area_intervals`` and
 ``linear_intervals(method="bootstrap")``), which the coverage simulations run instead of the
 item-table functions the report calls. Each is checked against what it stands for: the array
 functions against the item-table functions on the same suite, batched suites against each suite
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.protocol import (
+from analysis.claims.protocol import (
     _curve_arrays,
     area_difference,
     area_intervals,
@@ -256,7 +256,7 @@ def test_linear_bootstrap_batched_and_its_defaults() -> None:
 def test_b_reaches_its_own_target() -> None:
     """b's fit reaches the target taken from b's own tail evals on every (start, seed), so the
     crossing denominator is finite wherever b ran (simulate seed 1: two seeds fall 1 ulp short)."""
-    from analysis.protocol import _ratio_effects
+    from analysis.claims.protocol import _ratio_effects
 
     arr = _arrays(_suite(1, speed=0.5, shift=0.3), "compute_ratio")
     lr, _ = _ratio_effects(arr.s, arr.n, arr.x, np.asarray(arr.fractions, float), "crossing")

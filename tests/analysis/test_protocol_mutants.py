@@ -1,4 +1,4 @@
-"""What the protocol's functions (analysis/protocol.py) promise beyond their worked examples in
+"""What the protocol's functions (analysis/claims/protocol.py) promise beyond their worked examples in
 test_protocol.py, written for the mutation scope (docs/mutation.md): their refusals and the
 messages that name the bad input, the settings they pass on (datasets, seed, defaults), the
 fields of the estimate they return, the censored count, the t interval's folds, and that the
@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from analysis.protocol import (
+from analysis.claims.protocol import (
     ITEM_COLUMNS,
     NON_INFERIOR,
     NOT_RESOLVED,
@@ -177,7 +177,7 @@ def test_ratio_intervals_count_censored_starts_per_suite() -> None:
 
 
 def _dense(items: pd.DataFrame, folds: int):
-    from analysis.protocol import _curve_arrays
+    from analysis.claims.protocol import _curve_arrays
 
     arr = _curve_arrays(items, "sppo", "grpo", None, folds, 0, "compute_ratio")
     take = [np.flatnonzero(row) for row in arr.runs]

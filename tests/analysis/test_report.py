@@ -309,7 +309,7 @@ def _tidy_of(items: pd.DataFrame) -> pd.DataFrame:
 def _claims(rollouts: str = "area", **gates):
     """The two headline claims as shipped (the horizon slope and the area, non-inferiority with
     margins), or with ``rollouts="ratio"`` claim (b) on the compute ratio."""
-    from analysis.claims import parse_claims
+    from analysis.claims.spec import parse_claims
 
     common = {"groups": "all", "family": {"name": "headline", "size": 4}, "gates": gates}
     second = (
@@ -332,8 +332,8 @@ def _claims_text(text: str) -> str:
 
 def test_one_shared_start_gives_conditional_intervals_and_no_verdict(tmp_path: Path) -> None:
     from analysis import write_report
-    from analysis.protocol import DOES_NOT_HOLD, NOT_RESOLVED, SUPERIOR
-    from analysis.tables import NO_VERDICT
+    from analysis.claims.protocol import DOES_NOT_HOLD, NOT_RESOLVED, SUPERIOR
+    from analysis.claims.table import NO_VERDICT
 
     items = _suite_items(n_starts=1, n_seeds=3)
     text = write_report(
@@ -359,7 +359,7 @@ def test_one_shared_start_gives_conditional_intervals_and_no_verdict(tmp_path: P
 
 def test_holm_levels_shown_match_holm_over_the_declared_family(tmp_path: Path) -> None:
     from analysis import write_report
-    from analysis.protocol import holm
+    from analysis.claims.protocol import holm
 
     items = _suite_items(n_starts=5, n_seeds=1, seed=3)
     write_report(
@@ -384,7 +384,7 @@ def test_holm_levels_shown_match_holm_over_the_declared_family(tmp_path: Path) -
 
 def test_a_failing_gate_reads_untestable_and_counts_as_p_one(tmp_path: Path) -> None:
     from analysis import write_report
-    from analysis.claims import parse_claims
+    from analysis.claims.spec import parse_claims
 
     items = _suite_items(n_starts=5, n_seeds=1, seed=3)
     horizon, rollouts = _claims()
@@ -405,7 +405,7 @@ def test_a_failing_gate_reads_untestable_and_counts_as_p_one(tmp_path: Path) -> 
     assert "(needs <= 0)" in table.loc[0, "verdict"]
     assert "untestable on this testbed: start accuracy at sim_h1" in _claims_text(text)
     # the gated claim is not tested: it counts as p = 1, like the two members not here
-    from analysis.protocol import holm
+    from analysis.claims.protocol import holm
 
     assert np.isnan(table.loc[0, "lo_adj"]) and table.loc[0, "p_adj"] == 1.0
     rows = holm([float("nan"), table.loc[1, "p_value"]], 0.05, family_size=4)
@@ -446,9 +446,9 @@ def test_a_resolved_claim_gets_a_verdict_and_only_then_fewer(tmp_path: Path) -> 
     """Ten starts where sppo is ahead of its baseline at every horizon, more so the longer, and
     learns on 0.4 of its time scale: both claims are superior under Holm (the area claim with
     the compute ratio beside it, as a description), and on the ratio the sentence says fewer."""
-    from analysis.protocol import SUPERIOR
+    from analysis.claims.protocol import SUPERIOR
+    from analysis.claims.table import claims_table, describe_claims
     from analysis.simulate import Design, simulate_items
-    from analysis.tables import claims_table, describe_claims
 
     design = Design(
         n_starts=10, horizons=(1, 2, 4, 8), items=40, evals=8, slope=0.4, shift=1.5, speed=0.4

@@ -471,7 +471,7 @@ def test_a_trial_over_two_starts_scores_their_mean_and_only_admissible_trials_ar
 def test_admissibility_reads_the_weakest_start(
     tmp_path, base, runs, per_start, weakest, admissible
 ):
-    """A sweep's trial has two starts: it screens on the weakest (analysis.gates.start_gate with
+    """A sweep's trial has two starts: it screens on the weakest (analysis.claims.gates.start_gate with
     no bound; a 95% bound over two starts, t = 6.31, admits nothing), each start the mean of its
     runs as the claims' gates read it. Admitting by the mean over starts let a critic that learnt
     on one start and not the other through (the chain_sum PPO critic: held-out explained variance

@@ -4,7 +4,7 @@ A suite's ``claims:`` node lists the comparisons its report draws verdicts on. E
 the estimand, the two algorithms, the direction that supports it (with its margin where the
 direction needs one), the eval groups it uses, the family it is corrected with (Holm over the
 family's declared size: claims x tasks) and the gates that must pass before a verdict is drawn
-(:mod:`analysis.gates`)::
+(:mod:`analysis.claims.gates`)::
 
     claims:
       - name: horizon
@@ -20,7 +20,7 @@ family's declared size: claims x tasks) and the gates that must pass before a ve
         gates:
           start_max: 0.8                 # start accuracy at most this (shortest, longest group)
           gain_min: 0.05                 # best final gain over the start at least this (same)
-          final_min:                     # the critics the claim rests on (analysis/gates.py:
+          final_min:                     # the critics the claim rests on (analysis/claims/gates.py:
                                          # each gated on its prompt-level Pearson, calibrated)
             ppo: {critic/heldout_explained_variance: 0.1}
             sppo: {critic/calibration_pearson: 0.3}
@@ -67,7 +67,7 @@ __all__ = [
 
 #: The run param the flattened config stores the ``claims`` node under (a JSON list).
 CLAIMS_PARAM = "claims"
-#: Estimands (:mod:`analysis.protocol`): the per-start least-squares slope over the groups'
+#: Estimands (:mod:`analysis.claims.protocol`): the per-start least-squares slope over the groups'
 #: horizons of the paired accuracy difference; the paired difference of the normalised areas
 #: under the accuracy-versus-compute curves; the compute ratio to reach b's accuracy at the
 #: budget; the paired difference of the final accuracies.
@@ -119,7 +119,7 @@ class Gates:
     """A claim's preconditions: per group it uses (its shortest and longest), the start's
     accuracy at most ``start_max`` and the best algorithm's mean gain at least ``gain_min``;
     ``final_min`` names the algorithms whose critics the claim rests on (a critic metric and a
-    minimum per algorithm, as declared). :mod:`analysis.gates` gates each named critic on its
+    minimum per algorithm, as declared). :mod:`analysis.claims.gates` gates each named critic on its
     prompt-level Pearson's lower bound over starts against the calibrated threshold, whatever
     metric and minimum were declared: one statistic and one threshold for every critic."""
 

@@ -7,7 +7,7 @@ suite's headroom lines (:mod:`benchmarks.suite.headroom`, through :func:`separat
 
 A comparison at a group every algorithm solves from the start, or where none learns, says
 nothing about the algorithms; neither does a claim about credit assignment whose critic never
-learnt to predict. The gates a claim gets (:class:`analysis.claims.Claim` declares the first
+learnt to predict. The gates a claim gets (:class:`analysis.claims.spec.Claim` declares the first
 three):
 
 * ``start_max``: the start's accuracy at the group, the mean over runs of the first eval, at most
@@ -52,7 +52,7 @@ from scipy.stats import t as student_t
 
 from benchmarks.telemetry import metrics as M
 
-from .claims import Claim
+from .spec import Claim
 
 __all__ = [
     "CEILING",
