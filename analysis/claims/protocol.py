@@ -130,6 +130,15 @@ RESOLVED = (SUPERIOR, NON_INFERIOR, EQUIVALENT, DOES_NOT_HOLD)
 FOLDS = 20
 #: The share of the budget whose evals give b's end-of-budget accuracy (compute_ratio's target).
 TAIL = 0.25
+#: How far below compute_ratio's target a fit may sit and still reach it: float64 rounding only.
+#: The target is a mean of b's tail evals and b's isotonic fit a difference of cumulative sums
+#: over the same evals, so a fit that is the tail's mean can differ from the target by a few
+#: E x eps (E evals of accuracies in [0, 1], eps = 2.2e-16: about 1e-14 for a hundred evals) and
+#: land 1 ulp below it, so that b would "never reach" its own end-of-budget accuracy. 1e-9 is
+#: orders above that rounding for any eval count up to a million, and orders below the smallest
+#: difference two accuracies can show (a 0/1 item score over at most 10^5 items and seeds,
+#: >= 1e-5), so it turns only a rounding miss into the hit it is.
+_REACH_SLACK = 1e-9
 #: The protocol's directions: the claimed sign of the effect (a ratio: ratio > 1 or < 1), and
 #: equivalence (a margin either side of no effect).
 DIRECTIONS = ("greater", "less", "equivalent")
@@ -694,15 +703,16 @@ def _isotonic(y: np.ndarray) -> np.ndarray:
 
 def _crossing(fit: np.ndarray, x: np.ndarray, target: np.ndarray) -> np.ndarray:
     """Compute where a non-decreasing curve (fit over x, last axis) first reaches target,
-    linear between evals; NaN where it never does."""
-    hits = fit >= target[..., None]
+    linear between evals; NaN where it never does. A fit within float64 rounding below the
+    target (``_REACH_SLACK``) reaches it, at that eval."""
+    hits = fit >= target[..., None] - _REACH_SLACK
     j = np.argmax(hits, axis=-1)
     reached = hits.any(axis=-1)
     jp = np.maximum(j - 1, 0)
     take = lambda arr, idx: np.take_along_axis(arr, idx[..., None], axis=-1)[..., 0]  # noqa: E731
     x1, x0, f1, f0 = take(x, j), take(x, jp), take(fit, j), take(fit, jp)
     with np.errstate(invalid="ignore", divide="ignore"):
-        frac = np.where(j > 0, (target - f0) / (f1 - f0), 0.0)
+        frac = np.where(j > 0, np.minimum((target - f0) / (f1 - f0), 1.0), 0.0)  # <= 1: slack
     out = x0 + frac * (x1 - x0)
     out = np.where(j > 0, out, x1)
     return np.where(reached, out, np.nan)
@@ -759,10 +769,11 @@ def compute_ratio(
     over items): the target is b's accuracy at the end of its budget, the mean of b's evals in
     the last quarter of the budget (fractions >= 0.75 of the largest); a's curve and b's are
     made monotone by an isotonic (least-squares non-decreasing) fit over compute; the ratio is
-    the compute where a's fit first reaches the target (linear between evals) over the compute
-    where b's own fit does (``denominator="budget"``: b's compute at its final eval). Both sides
-    use the same estimator, so with no difference between a and b the log ratio is centred on 0.
-    The per-start effect is the mean over seeds of the log ratio; the effect is the geometric
+    the compute where a's fit first reaches the target (linear between evals; within float64
+    rounding, ``_REACH_SLACK``, so that b's fit always reaches its own end-of-budget accuracy)
+    over the compute where b's own fit does (``denominator="budget"``: b's compute at its final
+    eval). Both sides use the same estimator, so with no difference between a and b the log
+    ratio is centred on 0. The per-start effect is the mean over seeds of the log ratio; the effect is the geometric
     mean ratio. A seed where a never reaches the target is censored at the compute a spent (a
     lower bound): the interval's upper end is then infinite and the p-value one-sided (upper).
     """
