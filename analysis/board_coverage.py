@@ -227,7 +227,9 @@ def coverage_lines(results: Path | str = "results") -> list[str]:
         "algorithms, the lowest algorithm's in parentheses, and in brackets the percentile "
         "bootstrap's that the leaderboard printed before. The designs are sized from the "
         'claims pilots (`analysis/board_coverage.py` says how); "all tied" has no '
-        "difference at all, where ranks are hardest.",
+        "difference at all, where ranks are hardest. The studentized bootstrap is "
+        "cut to [0, 1] (which never costs coverage): over 5 starts a resampled standard error "
+        "near 0 can stretch it far past the data, so read 5-start intervals as wide.",
         "",
         "| design | starts | " + " | ".join(c[0] for c in _COLUMNS) + " |",
         "|---|---|" + "---|" * len(_COLUMNS),

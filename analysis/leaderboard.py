@@ -12,7 +12,8 @@ compares algorithms. Each interval is the one whose coverage held in simulation
 
 * final and area: the studentized bootstrap over starts. Per-start accuracies near the ceiling
   or over skewed starts are skewed, and over 5-10 starts both Student's t and the percentile
-  bootstrap this table printed before fall short of their level there.
+  bootstrap this table printed before fall short of their level there. Cut to [0, 1]: over 5
+  starts a resampled standard error near 0 can stretch it past the data.
 * IQM: the percentile bootstrap over starts (a trimmed mean has no simple standard error); the
   page prints the coverage it reached.
 * rank: the set of ranks compatible with simultaneous paired t intervals of every difference
@@ -164,15 +165,22 @@ def t_interval(values: np.ndarray, level: float = 0.95) -> Interval:
 
 
 def studentized_interval(
-    values: np.ndarray, reps: int, rng: np.random.Generator, level: float = 0.95
+    values: np.ndarray,
+    reps: int,
+    rng: np.random.Generator,
+    level: float = 0.95,
+    bounds: tuple[float, float] = (0.0, 1.0),
 ) -> Interval:
     """Each row's mean over its starts with the studentized (bootstrap-t) interval: the
     quantiles of (resampled mean - mean) / resampled standard error, each row resampling its
     own starts. Per-start accuracies near the ceiling or over skewed starts are skewed, where
     Student's t and the percentile bootstrap both fall short of their level over 5-10 starts;
     the studentized bootstrap corrects for the skew to second order (coverage:
-    :mod:`analysis.board_coverage`). NaN bounds below two starts; resamples of one repeated
-    value (no spread, probability S^(1-S)) are left out."""
+    :mod:`analysis.board_coverage`). Over fewer than about 8 starts a resampled standard error
+    near 0 can stretch it far past the data, so it is cut to ``bounds``, the range the score
+    can take (an accuracy's, by default): the truth lies inside, so the cut never costs
+    coverage. NaN bounds below two starts; resamples of one repeated value (no spread,
+    probability S^(1-S)) are left out."""
     a = values.shape[0]
     mean, lo, hi = (np.full(a, np.nan) for _ in range(3))
     tail = (1 - level) / 2
@@ -193,7 +201,7 @@ def studentized_interval(
             continue
         q_lo, q_hi = np.quantile(t, [tail, 1 - tail])
         lo[j], hi[j] = mean[j] - q_hi * se, mean[j] - q_lo * se
-    return mean, lo, hi
+    return mean, np.clip(lo, *bounds), np.clip(hi, *bounds)
 
 
 def rank_sets(values: np.ndarray, level: float = 0.95) -> Interval:
