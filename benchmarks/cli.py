@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -44,13 +45,25 @@ __all__ = ["compose_config", "main"]
 log = logging.getLogger("sppo_bench")
 
 
+#: Lines of Hydra's and OmegaConf's messages that say where, not what: the key is kept (first
+#: line, or ``full_key``), these are dropped, so a configuration error is one line.
+_NOISE = re.compile(r"^(full_key:|object_type=|reference_type=|See https://hydra\.cc|\^)")
+
+
 def _config_error(e: Exception) -> str:
+    """The one line ``sppo-bench run`` prints for a refused config: the message (a hint raised
+    `from None` replaces Hydra's, its config search path included), its cause's where it adds
+    something, OmegaConf's ``full_key``/``object_type`` lines folded away."""
+    from omegaconf.errors import MissingMandatoryValue
+
+    if isinstance(e, MissingMandatoryValue) and getattr(e, "full_key", None):
+        return f"{e.full_key}: this config needs a value there; set {e.full_key}=<value>"
     msg = str(e).strip()
-    # A hint raised `from None` replaces Hydra's message (its config search path included).
     cause = e.__cause__ or (None if e.__suppress_context__ else e.__context__)
     if cause is not None and str(cause) and str(cause) not in msg:
         msg += f"\n{cause}"
-    return msg
+    lines = [ln.strip() for ln in msg.splitlines()]
+    return "; ".join(ln for ln in lines if ln and not _NOISE.match(ln))
 
 
 def _cmd_run(overrides: list[str]) -> int:
@@ -64,6 +77,20 @@ def _cmd_run(overrides: list[str]) -> int:
 
     if "--dry-run" in overrides:  # engine=verl: print the verl commands, launch nothing
         overrides = [o for o in overrides if o != "--dry-run"] + ["++engine.dry_run=true"]
+    option = next((o for o in overrides if o.startswith("-")), None)
+    if option is not None:  # Hydra would answer with its override grammar's parse error
+        sys.stderr.write(
+            f"sppo-bench: configuration error: {option}: unknown option; `sppo-bench run` takes "
+            "--dry-run, --help and Hydra overrides key=value (e.g. seeds=3)\n"
+        )
+        return 2
+    bare = next((o for o in overrides if "=" not in o and not o.startswith("~")), None)
+    if bare is not None:
+        sys.stderr.write(
+            f"sppo-bench: configuration error: {bare}: an override needs a value, {bare}=<value> "
+            f"(or ~{bare} to delete the key)\n"
+        )
+        return 2
     try:
         cfg = compose_config(overrides)
         grid = grid_configs(cfg, overrides)

@@ -38,10 +38,15 @@ def _register_resolvers() -> None:
 
 
 def _longest(horizon: Any) -> int:
+    """The longest of ``task.horizon``'s horizons. A horizon that is not a whole number gives 0:
+    the task's own check (``build_task``, before any compute) then names ``task.horizon`` and
+    what it allows, which an error raised here, inside OmegaConf's resolution, could not."""
     try:
+        if isinstance(horizon, int | float | str):  # one horizon
+            return int(horizon)
         return max(int(h) for h in horizon)
-    except TypeError:  # one horizon
-        return int(horizon)
+    except (TypeError, ValueError):
+        return 0
 
 
 _PARAMS = re.compile(r"^algorithm\.[A-Za-z0-9_]+\.params\.[A-Za-z0-9_.]+=")
@@ -82,9 +87,24 @@ def _missing_option(e: Exception) -> str | None:
     return f"{m.group(1)}={m.group(2)}: no such option; available in '{m.group(1)}': {options}"
 
 
+def _null_node_form(key: str) -> str | None:
+    """What a node that is null by default takes when given whole, as the module that reads it
+    declares it (imported here only on this error path)."""
+    if key == "warmstart.target":
+        from benchmarks.training.warmstart import TARGET_FORM
+
+        return f"{TARGET_FORM}, e.g. {key}={{accuracy:0.6,every:50,max_steps:1500}}"
+    if key == "trainer.critic_model":
+        from benchmarks.training.critic_model import CRITIC_MODEL_FORM
+
+        return f"{CRITIC_MODEL_FORM}, e.g. {key}={{hidden_size:64,intermediate_size:256}}"
+    return None
+
+
 def _unknown_key(e: Exception, overrides: Sequence[str], compose: Any) -> str | None:
     """Hydra's 'Key ... is not in struct' names the key, not the keys allowed there: add them
-    (read from the config composed without the offending override)."""
+    (read from the config composed without the offending override), or, where the parent is
+    null or a plain value, the form the parent takes when given whole."""
     msg = f"{e} {e.__cause__ or ''}"
     m = re.search(r"full_key: ([A-Za-z0-9_.]+)", msg)
     if "not in struct" not in msg or not m:
@@ -101,10 +121,23 @@ def _unknown_key(e: Exception, overrides: Sequence[str], compose: Any) -> str | 
         for part in filter(None, parent.split(".")):
             node = node[part]
         if node is None:  # e.g. warmstart.target: null (off) has no fields to set one by one
+            form = _null_node_form(parent)
+            whole = (
+                f"as {form}"
+                if form
+                else (
+                    f"e.g. {parent}={{{leaf}:...}} with the fields benchmarks/conf/config.yaml "
+                    "documents for it"
+                )
+            )
             return (
                 f"{given}: '{parent}' is null (off) in this config, so it has no field {leaf!r} "
-                f"to set; give it whole, e.g. {parent}={{{leaf}:...}} with the fields "
-                "benchmarks/conf/config.yaml documents for it"
+                f"to set; give it whole {whole}"
+            )
+        if not hasattr(node, "keys"):  # e.g. engine.rollout: a value, not a node of fields
+            return (
+                f"{given}: '{parent}' is a value ({node!r}), not a node with fields; set it "
+                f"whole, e.g. {parent}=<value> (benchmarks/conf documents what it allows)"
             )
         allowed = sorted(node.keys())
     except Exception:  # noqa: BLE001 - the hint is best effort; Hydra's own error is re-raised

@@ -153,9 +153,9 @@ def validate(cfg: Any) -> SuitePlan:
 
     plugins = _import_plugins(cfg)
     resume = _check_resume(cfg)
+    _check_engine_name(cfg)  # before the algorithms, whose critic settings depend on the engine
     algorithms, trainers = _algorithms_and_trainers(cfg)
     budget = _budget(cfg)
-    _check_engine_name(cfg)
     threads, seeds = _counts(cfg)
     ray_address, ray_retries = _ray(cfg)
     precision = _precision(cfg)

@@ -90,6 +90,8 @@ class ArithTask:
             raise ValueError(f"task.test_fraction={test_fraction} must be in (0, 1)")
         if eval_size < 1:
             raise ValueError(f"task.eval_size={eval_size} must be >= 1")
+        if max_problems < 1:
+            raise ValueError(f"task.max_problems={max_problems} must be >= 1")
         weights = _weights(horizon_weights, horizons)
         #: Every horizon the problems are drawn from, ascending.
         self.horizons = horizons

@@ -29,9 +29,14 @@ from benchmarks.training.modeling import ModelSpec
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-__all__ = ["check_critic_model", "check_same_tokenizer", "critic_spec"]
+__all__ = ["CRITIC_MODEL_FORM", "check_critic_model", "check_same_tokenizer", "critic_spec"]
 
 _KEY = "trainer.critic_model"
+#: ``trainer.critic_model`` as a user gives it, for messages.
+CRITIC_MODEL_FORM = (
+    "an HF id or directory, or a mapping of tiny-Llama fields "
+    f"{[f.name for f in dataclasses.fields(ModelSpec)]} (those left out are the policy's)"
+)
 
 
 def check_critic_model(value: Any) -> None:
@@ -49,10 +54,7 @@ def check_critic_model(value: Any) -> None:
         if unknown:
             raise ConfigError(f"{_KEY}.{unknown[0]}: unknown field; allowed: {allowed}")
         return
-    raise ConfigError(
-        f"{_KEY}={value!r}: allowed null (the policy's copy), an HF id or directory, or a "
-        f"mapping of tiny-Llama fields {[f.name for f in dataclasses.fields(ModelSpec)]}"
-    )
+    raise ConfigError(f"{_KEY}={value!r}: allowed null (the policy's copy), {CRITIC_MODEL_FORM}")
 
 
 def critic_spec(

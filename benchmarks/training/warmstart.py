@@ -51,6 +51,7 @@ from benchmarks.training.precision import autocast
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "TARGET_FORM",
     "WARMSTART_VERSION",
     "cache_key",
     "config_hash",
@@ -103,6 +104,10 @@ _TARGET_KEYS = {
     "every": (int, lambda v: v >= 1, "an integer >= 1"),
     "max_steps": (int, lambda v: v >= 1, "an integer >= 1"),
 }
+#: ``warmstart.target`` as a user gives it whole, for messages: each key and what it allows.
+TARGET_FORM = (
+    "{" + ", ".join(f"{key}: {allowed}" for key, (_, _, allowed) in _TARGET_KEYS.items()) + "}"
+)
 #: The target-only settings of ``warmstart`` (integers >= 0; 0 turns each off).
 _TARGET_EXTRAS = ("curriculum_steps", "warmup_steps")
 
@@ -129,7 +134,7 @@ def parse_target(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
     if not isinstance(target, Mapping) or set(target) != set(_TARGET_KEYS):
         raise ValueError(
             f"warmstart.target={target!r}: allowed: null, or a mapping with exactly the keys "
-            f"{sorted(_TARGET_KEYS)}"
+            f"{sorted(_TARGET_KEYS)}: {TARGET_FORM}"
         )
     parsed: dict[str, Any] = {}
     for key, (kind, ok, allowed) in _TARGET_KEYS.items():

@@ -58,8 +58,27 @@ CASES = [
     (["seed=-1"], ["seed=-1", ">= 0"]),
     (
         ["warmstart.target.accuracy=2"],
-        ["warmstart.target.accuracy=2", "'warmstart.target' is null", "warmstart.target={accuracy"],
+        [
+            "warmstart.target.accuracy=2",
+            "'warmstart.target' is null",
+            "accuracy: a number in (0, 1], every: an integer >= 1, max_steps: an integer >= 1",
+            "warmstart.target={accuracy:0.6,every:50,max_steps:1500}",
+        ],
     ),
+    (
+        ["trainer.critic_model.hidden_size=64"],
+        ["'trainer.critic_model' is null", "an HF id or directory", "'intermediate_size'"],
+    ),
+    (
+        ["engine.rollout.nope=1"],
+        ["engine.rollout.nope=1", "'engine.rollout' is a value ('torch')", "engine.rollout="],
+    ),
+    (["model=hf"], ["model.name_or_path: this config needs a value", "model.name_or_path=<"]),
+    (["task.horizon=abc"], ["task.horizon=abc", "[1, 16]"]),
+    (["task.horizon=[1,x]"], ["task.horizon=[1, 'x']", "[1, 16]"]),
+    (["task.max_problems=0"], ["task.max_problems=0", ">= 1"]),
+    (["--foo"], ["--foo: unknown option", "--dry-run", "key=value"]),
+    (["seed"], ["seed: an override needs a value", "seed=<value>"]),
     (["suite=claims", "warmstart.target.accuracy=2"], ["warmstart.target.accuracy=2", "(0, 1]"]),
     (["threads=0"], ["threads=0", ">= 1"]),
     (["trainer.samples_per_step=0"], ["trainer.samples_per_step=0", ">= 1"]),
@@ -118,14 +137,26 @@ def test_malformed_config_fails_before_compute(overrides, fragments, tmp_path, c
     ]
     assert cli_main(["run", *store, *overrides]) == 2
     err = capsys.readouterr().err
-    assert "sppo-bench: configuration error: " in err
+    assert err.startswith("sppo-bench: configuration error: "), err
     for fragment in fragments:
         assert fragment in err, f"{fragment!r} not in {err!r}"
-    # One clear message: Hydra's own text (its config search path, "not in struct") is not
-    # appended after a hint that replaced it.
+    # One clear line: Hydra's own text (its config search path, "not in struct", the override
+    # grammar's caret) is not appended after a hint that replaced it, nor OmegaConf's full_key.
+    assert err.count("\n") == 1 and err.endswith("\n"), err
     assert "Config search path" not in err and "not in struct" not in err
+    assert "full_key" not in err and "Traceback" not in err
     assert not (tmp_path / "mlflow.db").exists()  # nothing started: no store, no warm start
     assert not (tmp_path / "cache").exists()
+
+
+def test_a_bad_engine_is_refused_before_the_algorithms_log_about_it(tmp_path, capsys, caplog):
+    """The engine's name is checked before the algorithms' critic settings, whose note about a
+    non-native engine would otherwise precede the refusal."""
+    out = [f"output_dir={tmp_path / 'out'}", f"cache_dir={tmp_path / 'cache'}"]
+    with caplog.at_level("INFO"):
+        assert cli_main(["run", *out, "engine.name=nope", "algorithm=[sppo,ppo]"]) == 2
+    assert "engine.name='nope': allowed ['torch', 'verl']" in capsys.readouterr().err
+    assert not [r.getMessage() for r in caplog.records if r.name.startswith("benchmarks")]
 
 
 def test_thirty_or_more_cases():

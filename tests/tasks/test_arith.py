@@ -158,11 +158,18 @@ def test_a_problems_split_does_not_depend_on_max_problems():
         (dict(test_fraction=-0.2), "task.test_fraction"),
         (dict(eval_size=0), "task.eval_size"),
         (dict(eval_size=-5), "task.eval_size"),
+        (dict(max_problems=0), "task.max_problems"),
+        (dict(max_problems=-1), "task.max_problems"),
     ],
 )
 def test_bad_arguments_name_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field.replace(".", r"\.") + "="):
         ArithTask(**kwargs)
+
+
+def test_one_problem_per_horizon_is_allowed():
+    t = ArithTask(horizon=[1, 2], max_problems=1, eval_size=1)
+    assert len(t.train_problems()) + len(t.eval_problems()) >= 1
 
 
 def test_sft_target_direct_fraction():
