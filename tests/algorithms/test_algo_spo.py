@@ -1,6 +1,11 @@
-"""SPO's per-prompt tracker: its update against the recipe's loop written out, its advantage by
-hand, and a run killed mid-way and resumed from its checkpoint ending with exactly the tracker of
-an uninterrupted run (the trainer's generic hook for algorithm state, through a real SIGKILL).
+"""SPO's per-prompt tracker: its update against the recipe's loop written out and by hand (every
+step metric, the ``state_dict`` round trip bit for bit, a state it cannot use refused rather than
+truncated), its advantage by hand, every error message in full, and a run killed mid-way and
+resumed from its checkpoint ending with exactly the tracker of an uninterrupted run (the
+trainer's generic hook for algorithm state, through a real SIGKILL).
+
+Everything that builds a config does it inside the test: mutmut forks its workers after the
+modules are imported, so work done at import time runs unmutated (docs/mutation.md).
 """
 
 from __future__ import annotations
@@ -15,8 +20,11 @@ import textwrap
 import pytest
 import torch
 
-from algorithms import get_algorithm
+from algorithms import ConfigError, get_algorithm
+from algorithms.spo import SPOConfig
 from testkit.paths import REPO
+from testkit.tensors import F64, META, NAN, f64, meta, meta_mask
+from testkit.tolerances import EPS32, fp_tol
 
 # --- the tracker against the recipe's loop ----------------------------------------------------
 
@@ -120,21 +128,226 @@ def test_advantage_is_batch_normalised_and_a_single_row_gets_zero():
     assert one.tolist() == [[0.0, 0.0, 0.0]]
 
 
-def test_inputs_the_tracker_cannot_use_are_refused():
-    algo = get_algorithm("spo")
-    with pytest.raises(ValueError, match="prompt_keys"):
-        algo.advantages(torch.ones(2), torch.ones(2, 2), None)
-    with pytest.raises(ValueError, match="2 prompt_keys for 3 rewards"):
-        algo.advantages(torch.ones(3), torch.ones(3, 2), None, prompt_keys=["a", "b"])
-    kwargs = dict(
-        prompt_keys=["a"], response_mask=torch.ones(1, 1), old_log_probs=torch.zeros(1, 1)
+# --- SPO: configuration and inputs ------------------------------------------------------------
+
+
+def test_spo_rho_min_may_equal_rho_max_and_not_exceed_it():
+    # equal bounds fix the forgetting factor whatever the drift: alpha = 0.75 * 0.5 + 1
+    algo = get_algorithm("spo", rho_min=0.75, rho_max=0.75)
+    zeros = torch.zeros(1, 1)
+    for change in (0.0, 5.0):  # unseen (D = 0), then D = 5 (2^(-5 / 0.06) ~ 0)
+        metrics = algo.observe(
+            prompt_keys=["x"],
+            rewards=torch.tensor([1.0]),
+            response_mask=torch.ones(1, 1),
+            old_log_probs=zeros,
+            new_log_probs=zeros + change,
+        )
+        assert metrics["train/spo_rho"] == 0.75
+    # alpha = 0.75 * (0.75 * 0.5 + 1) + 1 = 2.03125, beta = 0.75 * 0.75 * 0.5 = 0.28125
+    assert algo.success_estimate("x") == 2.03125 / 2.3125
+    with pytest.raises(ConfigError) as err:
+        SPOConfig(rho_min=0.9, rho_max=0.8)
+    assert str(err.value) == "SPOConfig.rho_min=0.9 is invalid: must be <= rho_max=0.8"
+
+
+def _observe(algo, keys, rewards, new=0.0, mask=None):
+    """One ``observe`` of ``len(keys)`` rows of two tokens: log-probs move from 0 by ``new``
+    (a number or a (B, 2) tensor; None passes no new log-probs)."""
+    b = len(keys)
+    mask = torch.ones(b, 2) if mask is None else mask
+    old = torch.zeros(b, 2, dtype=F64)
+    return algo.observe(
+        prompt_keys=keys,
+        rewards=f64(rewards),
+        response_mask=mask,
+        old_log_probs=old,
+        new_log_probs=None if new is None else old + new,
     )
-    with pytest.raises(ValueError, match=r"\[0, 1\]"):
-        algo.observe(rewards=torch.tensor([1.5]), new_log_probs=torch.zeros(1, 1), **kwargs)
-    with pytest.raises(ValueError, match="new_log_probs"):
-        algo.observe(rewards=torch.tensor([1.0]), new_log_probs=None, **kwargs)
-    with pytest.raises(ValueError, match="no tracker"):
-        algo.load_state_dict({})
+
+
+MASK23 = torch.ones(2, 3, dtype=torch.bool)
+R2 = torch.tensor([1.0, 0.0])
+SPO_NO_TRACKER = "spo: the saved state has no tracker ({}); it was not written by SPO.state_dict"
+SPO_ERRORS = [
+    (
+        lambda: get_algorithm("spo").advantages(R2, MASK23, None),
+        "spo: prompt_keys (one string per row naming its prompt) is required: the baseline is "
+        "the prompt's tracked success rate",
+    ),
+    (
+        lambda: get_algorithm("spo").observe(
+            prompt_keys=None,
+            rewards=R2,
+            response_mask=MASK23,
+            old_log_probs=torch.zeros(2, 3),
+            new_log_probs=torch.zeros(2, 3),
+        ),
+        "spo: prompt_keys (one string per row naming its prompt) is required: the baseline is "
+        "the prompt's tracked success rate",
+    ),
+    (
+        lambda: get_algorithm("spo").advantages(R2, MASK23, None, prompt_keys=["a", "b", "c"]),
+        "spo: 3 prompt_keys for 2 rewards",
+    ),
+    (
+        lambda: get_algorithm("spo").advantages(R2, MASK23, None, prompt_keys=["a"]),
+        "spo: 1 prompt_keys for 2 rewards",
+    ),
+    (
+        lambda: _observe(get_algorithm("spo"), ["a", "b"], [1.0, 0.0], new=None),
+        "spo: observe needs new_log_probs (the updated policy's)",
+    ),
+    (
+        lambda: _observe(get_algorithm("spo"), ["a", "b", "c"], [0.25, -0.5, 1.0]),
+        "spo: the tracker counts successes, so rewards must lie in [0, 1]; got min -0.5, max 1.0",
+    ),
+    (
+        lambda: _observe(get_algorithm("spo"), ["a", "b"], [0.0, 1.5]),
+        "spo: the tracker counts successes, so rewards must lie in [0, 1]; got min 0.0, max 1.5",
+    ),
+    (
+        lambda: get_algorithm("spo").load_state_dict({}),
+        SPO_NO_TRACKER.format("['alpha', 'beta', 'drift_mark', 'drift_total', 'keys'] missing"),
+    ),
+    (
+        lambda: get_algorithm("spo").load_state_dict(
+            {k: v for k, v in get_algorithm("spo").state_dict().items() if k != "drift_mark"}
+        ),
+        SPO_NO_TRACKER.format("['drift_mark'] missing"),
+    ),
+]
+
+
+SPO_ERROR_IDS = [
+    "advantages-no-keys",
+    "observe-no-keys",
+    "key-count",
+    "key-count-short",
+    "no-new-log-probs",
+    "reward-below-0",
+    "reward-above-1",
+    "empty-state",
+    "state-without-drift-mark",
+]
+
+
+@pytest.mark.parametrize("call, message", SPO_ERRORS, ids=SPO_ERROR_IDS)
+def test_spo_error_message_in_full(call, message):
+    with pytest.raises(ValueError) as err:
+        call()
+    assert str(err.value) == message
+
+
+# --- SPO: the tracker, its metrics and its state ----------------------------------------------
+
+
+def test_spo_observe_updates_the_tracker_and_reports_the_steps_means():
+    """Hand-computed with D_half = 0.5 (rho = 2^(-D / 0.5)), clipped to [0.1, 1]."""
+    algo = get_algorithm("spo", rho_min=0.1, rho_max=1.0, drift_half_life=0.5)
+    # step 1: the policy moves by 0.25 per token; "a" is new, so D = 0 and rho = 1:
+    # a = (1 * 0.5 + 1, 1 * 0.5 + 0), marked at the drift total 0.25; the baseline the step
+    # used is the prior's 0.5
+    m1 = _observe(algo, ["a"], [1.0], new=0.25)
+    assert m1 == {
+        "train/spo_drift": 0.25,
+        "train/spo_rho": 1.0,
+        "train/spo_baseline": 0.5,
+        "train/spo_tracked_prompts": 1.0,
+    }
+    assert algo.success_estimate("a") == 0.75
+    # step 2: "a" twice (0 and 1) and "b" once (1); a padded token changes by NaN, never read.
+    # drift 0.5 -> total 0.75; a: D = 0.75 - 0.25 = 0.5, rho = 1/2: alpha = 0.5 * 1.5 + 1,
+    # beta = 0.5 * 0.5 + 1; b: new, rho = 1. Baseline: mean p over the rows, (0.75 + 0.5 +
+    # 0.75) / 3; rho: mean over the prompts, (0.5 + 1) / 2
+    mask = torch.tensor([[1, 1], [1, 1], [1, 0]])
+    new = f64([[0.5, 0.5], [0.5, 0.5], [0.5, NAN]])
+    m2 = _observe(algo, ["a", "b", "a"], [0.0, 1.0, 1.0], new=new, mask=mask)
+    # the metrics travel as float32 tensors (one device sync): 2/3 is rounded to float32
+    assert m2["train/spo_baseline"] == pytest.approx(2 / 3, rel=EPS32, abs=0)
+    assert {k: v for k, v in m2.items() if k != "train/spo_baseline"} == {
+        "train/spo_drift": 0.5,
+        "train/spo_rho": 0.75,
+        "train/spo_tracked_prompts": 2.0,
+    }
+    state = algo.state_dict()
+    assert state["keys"] == ["a", "b"]
+    assert state["alpha"].tolist() == [1.75, 1.5]
+    assert state["beta"].tolist() == [1.25, 0.5]
+    assert state["drift_mark"].tolist() == [0.75, 0.75]
+    assert state["drift_total"] == 0.75
+    assert (algo.success_estimate("a"), algo.success_estimate("b")) == (1.75 / 3, 0.75)
+    assert algo.success_estimate("unseen") == 0.5
+
+
+def _trained_spo(**overrides):
+    """SPO after three steps whose drifts (0.1, 0.2, 0.3 per token) float32 cannot hold."""
+    algo = get_algorithm("spo", **overrides)
+    for step, keys in enumerate((["a", "b"], ["b", "c"], ["a", "c", "c"])):
+        _observe(algo, keys, [1.0, 0.0, 1.0][: len(keys)], new=0.1 * (step + 1))
+    return algo
+
+
+def test_spo_state_dict_round_trip_is_exact():
+    algo = _trained_spo()
+    state = algo.state_dict()
+    assert state["keys"] == ["a", "b", "c"]
+    assert [state[k].dtype for k in ("alpha", "beta", "drift_mark")] == [F64] * 3
+    assert state["drift_total"] == 0.1 + 0.2 + 0.1 * 3  # each step's float64 mean, summed
+    resumed = get_algorithm("spo")
+    resumed.load_state_dict(state)
+    again = resumed.state_dict()
+    assert again["keys"] == state["keys"] and again["drift_total"] == state["drift_total"]
+    for k in ("alpha", "beta", "drift_mark"):
+        assert torch.equal(again[k], state[k])
+    # and the two continue alike, bit for bit: the next step reads every mark and the total
+    m_algo, m_resumed = (
+        _observe(a, ["a", "b", "d"], [0.0, 1.0, 1.0], new=0.05) for a in (algo, resumed)
+    )
+    assert m_algo == m_resumed
+    final, resumed_final = algo.state_dict(), resumed.state_dict()
+    assert final["keys"] == resumed_final["keys"] == ["a", "b", "c", "d"]
+    assert final["drift_total"] == resumed_final["drift_total"]
+    for k in ("alpha", "beta", "drift_mark"):
+        assert torch.equal(final[k], resumed_final[k])
+
+
+@pytest.mark.parametrize("column", ["keys", "alpha", "beta", "drift_mark"])
+def test_spo_refuses_a_state_whose_columns_differ_in_length(column):
+    """A state cut short in one column is refused and the tracker left as it was, not read as
+    the prompts the shorter columns happen to cover."""
+    algo = _trained_spo()
+    before = algo.state_dict()
+    state = dict(before)
+    state[column] = state[column][:2]
+    with pytest.raises(ValueError, match=r"^zip\(\) argument \d is (shorter|longer) than argument"):
+        algo.load_state_dict(state)
+    after = algo.state_dict()
+    assert after["keys"] == before["keys"]
+    for k in ("alpha", "beta", "drift_mark"):
+        assert torch.equal(after[k], before[k])
+
+
+# --- SPO: the advantage -----------------------------------------------------------------------
+
+
+def test_spo_advantage_of_two_rows_is_normalised():
+    # unseen prompts: A = r - 0.5 = [0.5, -0.5], mean 0, unbiased std sqrt(0.5)
+    adv, returns = get_algorithm("spo").advantages(
+        f64([1.0, 0.0]), torch.ones(2, 2), None, prompt_keys=["a", "b"]
+    )
+    assert returns is None and adv.dtype == F64
+    a = 0.5 / (math.sqrt(0.5) + 1e-8)
+    torch.testing.assert_close(adv, f64([[a, a], [-a, -a]]), atol=fp_tol(2, dtype=F64), rtol=0)
+
+
+def test_spo_advantage_stays_on_the_rewards_device():
+    """``meta`` stands in for an accelerator: SPO's baseline is built from the tracker's Python
+    floats, so it must be built on the rewards' device."""
+    adv, returns = get_algorithm("spo").advantages(
+        meta(3), meta_mask(3, 4), None, prompt_keys=["a", "b", "c"]
+    )
+    assert adv.device == META and returns is None
 
 
 # --- killed and resumed through the trainer ----------------------------------------------------
