@@ -258,36 +258,66 @@ class _Objective:
         """Record the spec's ``admissible`` metrics, whether the trial reaches every minimum, and
         the constraint values the sampler reads (``Trial.set_constraint``, <= 0: feasible).
 
-        A metric is read per start as the claims' gates read it (:mod:`analysis.claims.gates`, the one
-        implementation of "can this testbed separate the algorithms"): per start the mean over
-        its runs (:func:`analysis.claims.gates.per_start_means`), then :func:`analysis.claims.gates.start_gate`
-        at its weakest start. The claims gate a critic on the 95% lower bound of the mean over
-        five or more starts; a trial has two, where that bound has t = 6.31 and admits nothing,
-        so the screen asks every start to reach the minimum. A metric a run never logged counts
-        as missed. The runs' final values are read (a claims suite logs its critics' statistics
-        at the final eval only, so that is the late-eval mean the claims read)."""
+        Each metric is read per start as the claims' gates read it (:mod:`analysis.claims.gates`,
+        the one implementation of "can this testbed separate the algorithms"), at the trial's
+        weakest start. A critic (``critic_gate``) is the claims' critic gate itself
+        (:func:`analysis.claims.gates.critic_gate`): its prompt-level Pearson, per run the mean of
+        the second half of its evals, per start the mean over its runs, against the threshold
+        calibrated on the inert critic. Any other metric: its final value, per start the mean
+        over its runs (:func:`final_per_start`), against the spec's minimum. Why the weakest
+        start and not the claims' 95% lower bound over starts: a trial has two starts, where the
+        bound has t = 6.31 and admits almost nothing, and the screen's two starts are fixed, so
+        its pass rate does not fall as a suite adds starts. A metric a run never logged counts as
+        missed."""
         rules = self.ctx.spec.admissible_for(algorithm)
         if not rules:
             return
         from mlflow.tracking import MlflowClient
 
-        from analysis.claims.gates import start_gate
+        from analysis.claims.gates import CRITIC_PEARSON_MIN, critic_gate, start_gate
         from benchmarks.telemetry import metrics as M
+        from sweeps.spec import CRITIC_GATE
 
         client = MlflowClient(self.ctx.tracking_uri)
-        runs = [client.get_run(rid).data for rid in run_ids]
-        finals = [(d.tags.get(M.TAG_START, ""), d.metrics) for d in runs]
+        runs = [(rid, client.get_run(rid).data) for rid in run_ids]
+        finals = [(d.tags.get(M.TAG_START, ""), d.metrics) for _, d in runs]
         ok = True
         for metric, minimum in rules.items():
-            per_start = final_per_start(finals, metric)
-            gate = start_gate(metric, per_start, minimum, confidence=None)
+            if minimum == CRITIC_GATE:
+                histories = [
+                    (d.tags.get(M.TAG_START, ""), _history(client, rid, metric)) for rid, d in runs
+                ]
+                per_start = late_per_start(histories)
+                gate = critic_gate(metric, per_start, confidence=None)
+                threshold = CRITIC_PEARSON_MIN
+            else:
+                per_start = final_per_start(finals, metric)
+                threshold = float(minimum)
+                gate = start_gate(metric, per_start, threshold, confidence=None)
             value = gate.value if per_start else None
             trial.set_user_attr(f"final/{metric}", value)
             trial.set_user_attr(f"final_per_start/{metric}", per_start)
             ok = ok and gate.passes
-            margin = 1.0 if value is None or not math.isfinite(value) else minimum - value
+            margin = 1.0 if value is None or not math.isfinite(value) else threshold - value
             trial.set_constraint(metric, margin)
         trial.set_user_attr(_ATTR_ADMISSIBLE, ok)
+
+
+def _history(client: Any, run_id: str, metric: str) -> list[float]:
+    """A run's logged values of ``metric`` in step order (empty: never logged)."""
+    points = client.get_metric_history(run_id, metric)
+    return [m.value for m in sorted(points, key=lambda m: (m.step, m.timestamp))]
+
+
+def late_per_start(runs: Sequence[tuple[str, Sequence[float]]]) -> dict[str, float]:
+    """A critic metric per start as the claims' critic gate reads it
+    (:func:`analysis.claims.gates.late_means_per_start`), from (start, the run's values in step
+    order) pairs, one per run; empty when any run never logged it (the trial then misses)."""
+    from analysis.claims.gates import late_means_per_start
+
+    if not runs or any(not len(values) for _, values in runs):
+        return {}
+    return late_means_per_start(runs)
 
 
 def final_per_start(
@@ -630,11 +660,13 @@ def render_markdown(result: SweepResult) -> str:
             "",
             "## Every trial",
             "",
-            "Admissible: every start of the trial reaches the spec's `admissible` minimums "
-            "(final values, each start's runs averaged, the weakest start's, as analysis.claims.gates "
-            "reads them; each start's "
-            "in brackets); only admissible trials can be best. Per start: the objective of "
-            "each independent start.",
+            "Admissible: every start of the trial reaches the spec's `admissible` minimums, "
+            "each start's runs averaged, as analysis.claims.gates reads them (the weakest "
+            "start's value shown, each start's in brackets): a critic's prompt-level Pearson "
+            "(`critic_gate`) as the claims' critic gate, each run's late-eval mean against "
+            "the threshold calibrated on the inert critic; any other metric its final value. "
+            "Only admissible trials can be best. Per start: the objective of each independent "
+            "start.",
             "",
             "| algorithm | trial | state | value | per start | admissible | final metrics | "
             "parameters |",

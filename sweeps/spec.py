@@ -26,15 +26,22 @@ and what is allowed.
     enqueue: [{algorithm: sppo, algorithm.sppo.actor_lr: 1.0e-4}]   # run these points first
     starts: 2                          # independent warm starts per trial (seeds with
                                        # warmstart.per_seed); the value is their mean
-    admissible:                        # a trial counts only if every start's final value
-      ppo: {critic/heldout_explained_variance: 0.1}    # reaches these (analysis.claims.gates.start_gate,
-                                                       # at the weakest start)
+    admissible:                        # a trial counts only if every start reaches these:
+      ppo: {critic/first_value_pearson: critic_gate}   # the claims' critic gate, weakest start
+      sppo: {compute/rollout_samples: 64}              # any other metric: a minimum of its final
 
 With ``starts`` > 1 the trial's value is the mean of its starts' values, known only at the end,
 so ``pruner`` must be ``none``; that also spares a critic warm-up, which spends budget before the
 actor moves, a comparison at equal budget fractions. ``admissible`` is a precondition, not an
 objective: a trial that misses it still completes and is shown, but is never the best, and the
 TPE and GP samplers treat it as infeasible (Optuna's ``constraints_func``).
+
+A critic is screened as the claims gate it (``critic_gate``, :data:`CRITIC_GATE`): its
+prompt-level Pearson (``critic/first_value_pearson`` for a token critic,
+``critic/calibration_pearson`` for a prompt critic), per run the mean over the second half of its
+evals, per start the mean over its runs, against the threshold calibrated on the inert critic
+(:func:`analysis.claims.gates.critic_gate`), at the weakest of the trial's starts. A number for a
+critic metric is refused: a critic has one statistic and one threshold, wherever it is read.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ from typing import Any
 
 __all__ = [
     "ALG",
+    "CRITIC_GATE",
     "DIRECTIONS",
     "PARAM_TYPES",
     "PRUNERS",
@@ -103,6 +111,8 @@ _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.([A-Za-z_][A-Za-z0-9_]*|\{alg\}))*$")
 _METRIC = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+$")
 _ALG_PATH = re.compile(r"^algorithm\.([A-Za-z0-9_]+)\.")
+#: ``admissible``'s value for a critic: the claims' critic gate (statistic and threshold theirs).
+CRITIC_GATE = "critic_gate"
 #: Keys a trial sets itself; a spec may not search over them.
 _RESERVED = ("seeds", "algorithm", "tracking", "suite.report", "output_dir", "threads")
 
@@ -218,11 +228,13 @@ class SweepSpec:
     enqueue: tuple[tuple[tuple[str, Any], ...], ...] = field(default=())
     #: Independent warm starts per trial: seeds 0..starts-1, each with its own start.
     starts: int = 1
-    #: Algorithm -> metric -> minimum of the metric's final value, averaged over the trial's runs.
-    admissible: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = ()
+    #: Algorithm -> metric -> minimum of the metric's final value at every start (its runs
+    #: averaged), or :data:`CRITIC_GATE` for a critic's prompt-level Pearson.
+    admissible: tuple[tuple[str, tuple[tuple[str, float | str], ...]], ...] = ()
 
-    def admissible_for(self, algorithm: str) -> dict[str, float]:
-        """The metric minimums a trial of ``algorithm`` must reach to count (empty: none)."""
+    def admissible_for(self, algorithm: str) -> dict[str, float | str]:
+        """The metric minimums (or :data:`CRITIC_GATE`) a trial of ``algorithm`` must reach to
+        count (empty: none)."""
         return dict(dict(self.admissible).get(algorithm, ()))
 
     def params_for(self, algorithm: str) -> list[ParamSpec]:
@@ -552,9 +564,14 @@ def parse_spec(data: Mapping[str, Any], *, name: str = "sweep") -> SweepSpec:
 
 def _parse_admissible(
     data: Any, algorithms: Sequence[str]
-) -> tuple[tuple[str, tuple[tuple[str, float], ...]], ...]:
+) -> tuple[tuple[str, tuple[tuple[str, float | str], ...]], ...]:
     if not isinstance(data, Mapping):
         raise _fail("admissible", data, "must map algorithm -> {metric: minimum}")
+    if not data:
+        return ()
+    from analysis.claims.gates import PROMPT_PEARSON
+
+    pearsons = sorted(set(PROMPT_PEARSON.values()))
     out = []
     for alg, rules in data.items():
         if alg not in algorithms:
@@ -565,8 +582,23 @@ def _parse_admissible(
         for metric, minimum in rules.items():
             if not isinstance(metric, str) or not _METRIC.match(metric):
                 raise _fail(f"admissible.{alg}", metric, "not a metric name, e.g. critic/x")
+            where = f"admissible.{alg}.{metric}"
+            if minimum == CRITIC_GATE:
+                if metric not in pearsons:
+                    raise _fail(
+                        where, minimum, "the critic gate reads a prompt-level Pearson", pearsons
+                    )
+                checked.append((metric, CRITIC_GATE))
+                continue
+            if metric in PROMPT_PEARSON:
+                raise _fail(
+                    where,
+                    minimum,
+                    "a critic is screened by the claims' critic gate, one statistic and one "
+                    f"threshold for every critic: write {{{PROMPT_PEARSON[metric]}: {CRITIC_GATE}}}",
+                )
             if isinstance(minimum, bool) or not isinstance(minimum, int | float):
-                raise _fail(f"admissible.{alg}.{metric}", minimum, "must be a number")
+                raise _fail(where, minimum, f"must be a number or {CRITIC_GATE!r}")
             checked.append((metric, float(minimum)))
         out.append((str(alg), tuple(checked)))
     return tuple(out)

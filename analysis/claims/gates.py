@@ -2,8 +2,10 @@
 
 The one implementation of that question: the claims' gates (:func:`evaluate_gates`), the
 suite's headroom lines (:mod:`benchmarks.suite.headroom`, through :func:`separation` and
-:data:`CEILING`) and a sweep's admissibility (:mod:`sweeps.runner`, through
-:func:`per_start_means` and :func:`start_gate`) all call this module.
+:data:`CEILING`) and a sweep's admissibility (:mod:`sweeps.runner`: its critic screen through
+:func:`late_means_per_start` and :func:`critic_gate`, the claims' critic gate on the weakest
+start; any other metric through :func:`per_start_means` and :func:`start_gate`) all call this
+module.
 
 A comparison at a group every algorithm solves from the start, or where none learns, says
 nothing about the algorithms; neither does a claim about credit assignment whose critic never
@@ -64,10 +66,12 @@ __all__ = [
     "Separation",
     "calibrate_threshold",
     "claim_datasets",
+    "critic_gate",
     "critic_gates",
     "evaluate_gates",
     "gate_datasets",
     "late_mean",
+    "late_means_per_start",
     "lower_bound",
     "per_start_finals",
     "per_start_means",
@@ -186,6 +190,14 @@ def per_start_means(pairs: Iterable[tuple[Hashable, float]]) -> dict[Hashable, f
     return {s: sum(v) / len(v) for s, v in sorted(by.items(), key=lambda kv: str(kv[0]))}
 
 
+def late_means_per_start(
+    runs: Iterable[tuple[Hashable, Sequence[float]]],
+) -> dict[Hashable, float]:
+    """Per start, the mean over its runs of each run's :func:`late_mean`, from (start, the run's
+    values of a metric in step order) pairs, one per run: how the critic gate reads a metric."""
+    return per_start_means((start, late_mean(values)) for start, values in runs)
+
+
 def lower_bound(values: np.ndarray | Sequence[float], confidence: float = CONFIDENCE) -> np.ndarray:
     """The one-sided lower confidence bound of the mean over the last axis (t with n - 1 degrees
     of freedom); NaN with fewer than two values. Batched: the simulation's path too."""
@@ -231,6 +243,24 @@ def start_gate(
     detail = f"mean {arr.mean():.3f}; per start {per}"
     label = f"{name}, {confidence:.0%} lower bound over {n} starts"
     return Gate(label, value, threshold, ">=", "; ".join(filter(None, [detail, beside])))
+
+
+def critic_gate(
+    name: str,
+    per_start: Mapping[Hashable, float],
+    *,
+    confidence: float | None = CONFIDENCE,
+    beside: str = "",
+) -> Gate:
+    """The critic gate: a critic's prompt-level Pearson (:data:`PROMPT_PEARSON`), per start the
+    late-eval mean of each run averaged over the start's runs (:func:`late_means_per_start`),
+    against :data:`CRITIC_PEARSON_MIN`, the threshold calibrated on the inert critic.
+
+    ``confidence``: the claims' one-sided lower bound of the mean over starts; None: the weakest
+    start, a sweep's screen (:func:`start_gate`: a trial has two starts, where the bound has
+    t = 6.31). One statistic and one threshold for every critic, whoever reads it.
+    """
+    return start_gate(name, per_start, CRITIC_PEARSON_MIN, confidence=confidence, beside=beside)
 
 
 # --- the datasets a claim uses -----------------------------------------------------------------
@@ -419,7 +449,7 @@ def critic_gates(claim: Claim, items: pd.DataFrame, df: pd.DataFrame | None) -> 
                 beside = f"beside: {_BESIDE[pearson]} mean {vals.mean():.3f}"
                 if len(vals) > 1:
                     beside += f", {CONFIDENCE:.0%} lower bound {float(lower_bound(vals)):.3f}"
-        gates.append(start_gate(name, _per_start(per), CRITIC_PEARSON_MIN, beside=beside))
+        gates.append(critic_gate(name, _per_start(per), beside=beside))
     return gates
 
 

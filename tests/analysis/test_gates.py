@@ -20,9 +20,11 @@ from analysis.claims.gates import (
     INERT_CRITIC_PEARSON,
     calibrate_threshold,
     claim_datasets,
+    critic_gate,
     evaluate_gates,
     gate_datasets,
     late_mean,
+    late_means_per_start,
     lower_bound,
     per_start_finals,
     start_gate,
@@ -215,6 +217,25 @@ def test_late_mean_reads_the_second_half_of_the_evals():
     assert late_mean([0.0, 0.0, 3.0]) == 1.5  # the last ceil(3 / 2) = 2
     assert late_mean([-5.0, -5.0, 0.2, 0.4]) == pytest.approx(0.3, abs=1e-15)
     assert math.isnan(late_mean([]))
+
+
+def test_late_means_per_start_average_each_run_s_late_mean_over_the_start_s_runs():
+    """A start is one unit: its runs' late-eval means (not their evals) are averaged."""
+    runs = [("s0", [0.0, 1.0]), ("s0", [0.2, 0.25, 0.25]), ("s1", [0.5]), ("s1", [0.0, 0.0])]
+    assert late_means_per_start(runs) == {"s0": 0.625, "s1": 0.25}
+
+
+def test_the_critic_gate_is_the_start_gate_at_the_calibrated_threshold():
+    """One statistic and one threshold for every reader: the claims read the bound over starts,
+    a sweep the weakest start (confidence None), both against CRITIC_PEARSON_MIN."""
+    per = {"s0": 0.8, "s1": 0.75, "s2": 0.7, "s3": 0.75, "s4": 0.05}
+    for confidence in (0.95, None):
+        gate = critic_gate("ppo pearson", per, confidence=confidence, beside="ev")
+        assert gate == start_gate(
+            "ppo pearson", per, CRITIC_PEARSON_MIN, confidence=confidence, beside="ev"
+        )
+    assert critic_gate("p", per).passes and not critic_gate("p", per, confidence=None).passes
+    assert critic_gate("p", {"s0": 0.303, "s1": 0.4}, confidence=None).passes  # at the threshold
 
 
 def test_the_gate_reads_a_bound_of_the_mean_not_the_weakest_start():

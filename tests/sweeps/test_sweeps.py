@@ -323,6 +323,22 @@ BAD_SPECS = [
     ({"admissible": {"grpo": {"critic/x": 0.1}}}, "admissible='grpo': not one of the spec's"),
     ({"admissible": {"sppo": {"critic/x": "high"}}}, "admissible.sppo.critic/x='high'"),
     ({"admissible": {"sppo": {"loss": 0.1}}}, "admissible.sppo='loss': not a metric name"),
+    # a critic has one statistic and one threshold: the claims' critic gate, never a number
+    (
+        {"admissible": {"sppo": {"critic/heldout_explained_variance": 0.1}}},
+        "admissible.sppo.critic/heldout_explained_variance=0.1: a critic is screened by the "
+        "claims' critic gate, one statistic and one threshold for every critic: write "
+        "{critic/first_value_pearson: critic_gate}",
+    ),
+    (
+        {"admissible": {"sppo": {"critic/calibration_pearson": 0.3}}},
+        "write {critic/calibration_pearson: critic_gate}",
+    ),
+    (
+        {"admissible": {"sppo": {"compute/rollout_samples": "critic_gate"}}},
+        "admissible.sppo.compute/rollout_samples='critic_gate': the critic gate reads a "
+        "prompt-level Pearson; allowed: ['critic/calibration_pearson', 'critic/first_value_pearson']",
+    ),
 ]
 
 
@@ -456,39 +472,22 @@ def test_a_trial_over_two_starts_scores_their_mean_and_only_admissible_trials_ar
     assert all(r["finals"][M.COMPUTE_ROLLOUT_SAMPLES] == 64 for r in rows)
 
 
-@pytest.mark.parametrize(
-    ("runs", "per_start", "weakest", "admissible"),
-    [
-        # the mean over starts (0.4) passes 0.3; start s1 does not: not admissible
-        ([("s0", 0.6), ("s1", 0.2)], {"s0": 0.6, "s1": 0.2}, 0.2, False),
-        # two RL seeds of start s0 average to 0.5 (a start is one unit, as in the gates: its
-        # weaker run alone, 0.25, would miss); s1 (0.4) is the weakest start
-        ([("s0", 0.25), ("s0", 0.75), ("s1", 0.4)], {"s0": 0.5, "s1": 0.4}, 0.4, True),
-        # a run that never logged the metric: missed
-        ([("s0", 0.9), ("s1", None)], {}, None, False),
-    ],
-)
-def test_admissibility_reads_the_weakest_start(
-    tmp_path, base, runs, per_start, weakest, admissible
-):
-    """A sweep's trial has two starts: it screens on the weakest (analysis.claims.gates.start_gate with
-    no bound; a 95% bound over two starts, t = 6.31, admits nothing), each start the mean of its
-    runs as the claims' gates read it. Admitting by the mean over starts let a critic that learnt
-    on one start and not the other through (the chain_sum PPO critic: held-out explained variance
-    0.239 and -0.013). Real MLflow runs, a real Optuna trial; the rule reads the runs' start
-    tags."""
+def _screen(tmp_path, base, rule: dict, runs: list) -> optuna.trial.FrozenTrial:
+    """The trial ``_check_admissible`` records for ``runs`` ((start, {step: value} or None: the
+    metric never logged), one per run) under the ``admissible`` rule ``{"sppo": rule}``: real
+    MLflow runs with their start tags, a real Optuna trial."""
     from sweeps.runner import _Context, _Objective
 
-    metric = "critic/calibration_pearson"
-    spec = parse_spec(_spec(base, starts=2, admissible={"sppo": {metric: 0.3}}))
+    spec = parse_spec(_spec(base, starts=2, admissible={"sppo": rule}))
+    (metric,) = rule
     stores = _stores(tmp_path)
     client = MlflowClient(stores["tracking_uri"])
     exp = client.create_experiment("admissible")
     ids = []
-    for start, value in runs:
+    for start, history in runs:
         run = client.create_run(exp, tags={M.TAG_START: start})
-        if value is not None:
-            client.log_metric(run.info.run_id, metric, value, step=8)
+        for step, value in (history or {}).items():
+            client.log_metric(run.info.run_id, metric, value, step=step)
         client.set_terminated(run.info.run_id)
         ids.append(run.info.run_id)
     ctx = _Context(spec, stores["storage"], stores["tracking_uri"], exp, "", ())
@@ -497,6 +496,38 @@ def test_admissibility_reads_the_weakest_start(
     _Objective(ctx, "admissible", "sppo")._check_admissible(trial, "sppo", ids)
     study.tell(trial, 0.5)
     (done,) = study.trials
+    return done
+
+
+@pytest.mark.parametrize(
+    ("runs", "per_start", "weakest", "admissible"),
+    [
+        # the mean over starts (0.4) passes 0.3; start s1 does not: not admissible
+        ([("s0", {8: 0.6}), ("s1", {8: 0.2})], {"s0": 0.6, "s1": 0.2}, 0.2, False),
+        # two RL seeds of start s0 average to 0.5 (a start is one unit, as in the gates: its
+        # weaker run alone, 0.25, would miss); s1 (0.4) is the weakest start; the final value is
+        # read, not an earlier eval's
+        (
+            [("s0", {8: 0.25}), ("s0", {8: 0.75}), ("s1", {4: 0.0, 8: 0.4})],
+            {"s0": 0.5, "s1": 0.4},
+            0.4,
+            True,
+        ),
+        # a run that never logged the metric: missed
+        ([("s0", {8: 0.9}), ("s1", None)], {}, None, False),
+    ],
+)
+def test_admissibility_reads_the_weakest_start(
+    tmp_path, base, runs, per_start, weakest, admissible
+):
+    """A sweep's trial has two starts: it screens on the weakest (analysis.claims.gates.start_gate
+    with no bound; a 95% bound over two starts, t = 6.31, admits almost nothing), each start the
+    mean of its runs as the claims' gates read it. Admitting by the mean over starts let a critic
+    that learnt on one start and not the other through (the chain_sum PPO critic: held-out
+    explained variance 0.239 and -0.013). A metric that is not a critic's: its final value
+    against the spec's minimum."""
+    metric = M.TRAIN_SCORE_MEAN
+    done = _screen(tmp_path, base, {metric: 0.3}, runs)
     assert done.user_attrs["admissible"] is admissible
     assert done.user_attrs[f"final/{metric}"] == weakest
     # every value and mean here is exact in binary floating point (0.25 + 0.75 = 1.0)
@@ -505,6 +536,53 @@ def test_admissibility_reads_the_weakest_start(
         assert done.constraints == {metric: 1.0}  # missing: infeasible
     else:
         assert done.constraints == {metric: pytest.approx(0.3 - weakest, abs=1e-15)}
+
+
+@pytest.mark.parametrize(
+    ("runs", "per_start", "admissible"),
+    [
+        # each run's late-eval mean (the second half of its evals), not its final value: s1's
+        # last two of four evals average 0.5 (its final value is 0.625); s0's two seeds 0.625
+        (
+            [("s0", {8: 0.5}), ("s0", {8: 0.75}), ("s1", {2: 0.0, 4: 0.25, 6: 0.375, 8: 0.625})],
+            {"s0": 0.625, "s1": 0.5},
+            True,
+        ),
+        # the weakest start, not the mean over starts (0.5, which passes): s1's late mean 0.25
+        ([("s0", {4: 0.5, 8: 0.75}), ("s1", {4: 0.5, 8: 0.25})], {"s0": 0.75, "s1": 0.25}, False),
+        # a final value that passes (0.5) over a late-eval mean that does not (0.625 / 3)
+        (
+            [("s0", {8: 0.5}), ("s1", {2: 0.0, 4: 0.0, 6: 0.0, 7: 0.125, 8: 0.5})],
+            {"s0": 0.5, "s1": 0.625 / 3},
+            False,
+        ),
+        # a run that never logged its critic's Pearson: missed
+        ([("s0", {8: 0.9}), ("s1", None)], {}, False),
+    ],
+)
+def test_a_critic_is_screened_by_the_claims_critic_gate(
+    tmp_path, base, runs, per_start, admissible
+):
+    """``critic_gate``: a sweep screens a critic on the statistic the claims gate it on
+    (analysis.claims.gates.critic_gate): its prompt-level Pearson, per run the mean of the second
+    half of its evals, per start the mean over its runs, against the threshold calibrated on the
+    inert critic (CRITIC_PEARSON_MIN), at the trial's weakest start."""
+    from analysis.claims.gates import CRITIC_PEARSON_MIN, critic_gate
+
+    metric = M.CRITIC_CALIBRATION_PEARSON
+    done = _screen(tmp_path, base, {metric: "critic_gate"}, runs)
+    assert done.user_attrs["admissible"] is admissible
+    got = done.user_attrs[f"final_per_start/{metric}"]
+    assert got == pytest.approx(per_start, abs=1e-15)
+    if not per_start:
+        assert done.user_attrs[f"final/{metric}"] is None
+        assert done.constraints == {metric: 1.0}  # missing: infeasible
+        return
+    weakest = min(per_start.values())
+    assert done.user_attrs[f"final/{metric}"] == pytest.approx(weakest, abs=1e-15)
+    assert done.constraints == {metric: pytest.approx(CRITIC_PEARSON_MIN - weakest, abs=1e-15)}
+    # the same decision as the claims' own gate function, read at the weakest start
+    assert critic_gate(metric, got, confidence=None).passes is admissible
 
 
 def test_export_of_a_sweep_refuses_bad_input_before_reading(tmp_path, capsys):
