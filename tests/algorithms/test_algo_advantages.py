@@ -3,6 +3,11 @@
 The shared example: 2 groups x 3 samples, 3 tokens, ids deliberately unsorted and
 non-contiguous. Group 7 = samples 0, 2, 4 with R = [1, 0, 0]; group 3 = samples 1, 3, 5 with
 R = [1, 1, 1] (all equal). Rows are right-padded to different lengths.
+
+The exact-value tests at the end pin what mutation testing found loose (docs/mutation.md): float64
+inputs that keep their dtype end to end, outputs on the ``meta`` device the inputs are on (an
+accelerator's stand-in), the documented special cases on the inputs where they differ from the
+general formula, and every error message in full.
 """
 
 from __future__ import annotations
@@ -12,8 +17,10 @@ import math
 import pytest
 import torch
 
-from algorithms import ConfigError, get_algorithm
+from algorithms import get_algorithm
 from algorithms.ppo import gae
+from testkit.messages import assert_raises_exactly, message_cases
+from testkit.tensors import F64, INF, assert_on_meta, f64, meta, meta_mask
 
 NAN = float("nan")
 IDS = torch.tensor([7, 3, 7, 3, 7, 3])
@@ -273,6 +280,117 @@ def test_dapo_dynamic_sampling_drops_all_equal_groups():
     assert get_algorithm("grpo").filter_groups(R, IDS).all()
 
 
-def test_dapo_overlong_buffer_must_fit():
-    with pytest.raises(ConfigError, match="overlong_buffer=4096.*max_response_length=4096"):
-        get_algorithm("dapo", max_response_length=4096)
+# --- exact values where they differ from the general formula, and dtypes ---------------------
+
+
+def test_rloo_group_of_one_keeps_its_reward_exactly():
+    adv, _ = get_algorithm("rloo").advantages(
+        f64([INF, 1.0, 0.0]), torch.ones(3, 1), torch.tensor([5, 6, 6])
+    )
+    # singleton: A = R (inf - inf would be NaN); pair [1, 0]: 1 - 0 = 1 and 0 - 1 = -1
+    assert adv[:, 0].tolist() == [INF, 1.0, -1.0]
+
+
+def test_gae_over_a_single_token():
+    adv, returns = gae(f64([[1.0]]), f64([[0.25]]), torch.ones(1, 1), 1.0, 1.0)
+    assert adv.tolist() == [[0.75]] and returns.tolist() == [[1.0]]
+
+
+def test_dapo_filter_without_dynamic_sampling_is_a_bool_keep_mask():
+    keep = get_algorithm("dapo", dynamic_sampling=False).filter_groups(
+        torch.zeros(3), torch.tensor([0, 0, 1])
+    )
+    assert keep.dtype == torch.bool and keep.tolist() == [True, True, True]
+
+
+def test_dapo_overlong_penalty_in_float64():
+    dapo = get_algorithm("dapo", max_response_length=10, overlong_buffer=3)
+    # ramp from L_max - L_buf = 7: len 8 -> -1/3, len 10 -> -1, len 5 -> 0
+    shaped = dapo.shape_rewards(f64([1.0, 0.0, 1.0]), torch.tensor([5, 8, 10]))
+    assert shaped.dtype == F64
+    assert shaped.tolist() == [1.0, -1 / 3, 0.0]  # exact: the same IEEE operations in float64
+
+
+def test_dapo_filter_in_float64():
+    # rewards differing by less than float32 resolves: a float32 max/min would call them equal
+    r = f64([0.5, 0.5 + 1e-12, 1.0, 1.0])
+    keep = get_algorithm("dapo").filter_groups(r, torch.tensor([0, 0, 1, 1]))
+    assert keep.tolist() == [True, True, False, False]
+
+
+def test_remax_advantage_in_the_rewards_dtype():
+    adv, _ = get_algorithm("remax").advantages(
+        torch.tensor([1.0, 0.0]), torch.ones(2, 1), None, baseline_rewards=f64([0.1, 0.0])
+    )
+    assert adv.dtype == torch.float32  # the baseline is cast to the rewards, not the reverse
+    assert adv[:, 0].tolist() == [(torch.tensor(1.0) - torch.tensor(0.1)).item(), 0.0]
+
+
+MASK23 = torch.ones(2, 3, dtype=torch.bool)
+R2 = torch.tensor([1.0, 0.0])
+ADVANTAGE_ERRORS = [
+    (
+        lambda: get_algorithm("dapo").shape_rewards(R2, torch.tensor([1, 2, 3])),
+        ValueError,
+        "dapo: response_lengths (3,) must match rewards (2,)",
+    ),
+    (
+        lambda: get_algorithm("ppo").advantages(R2, MASK23, None),
+        ValueError,
+        "ppo: values must be the critic's (B, T) token values (2, 3), got None",
+    ),
+    (
+        lambda: get_algorithm("ppo").advantages(R2, MASK23, None, values=torch.zeros(2, 4)),
+        ValueError,
+        "ppo: values must be the critic's (B, T) token values (2, 3), got (2, 4)",
+    ),
+    (
+        lambda: get_algorithm("ppo", kl_in_reward=True).advantages(
+            R2, MASK23, None, values=torch.zeros(2, 3)
+        ),
+        ValueError,
+        "ppo: token_kl (B, T) is required when kl_in_reward=True",
+    ),
+    (
+        lambda: get_algorithm("remax").advantages(R2, MASK23, None),
+        ValueError,
+        "remax: baseline_rewards (the greedy responses' rewards, shape (2,)) is required, got None",
+    ),
+    (
+        lambda: get_algorithm("remax").advantages(
+            R2, MASK23, None, baseline_rewards=torch.zeros(3)
+        ),
+        ValueError,
+        "remax: baseline_rewards (the greedy responses' rewards, shape (2,)) is required, got (3,)",
+    ),
+    (
+        lambda: get_algorithm("rloo").advantages(R2, MASK23, None),
+        ValueError,
+        "rloo: group_ids (B,) is required",
+    ),
+    (
+        lambda: get_algorithm("sppo").advantages(R2, MASK23, None),
+        ValueError,
+        "sppo: values (the prompt critic's (B,) logits) is required",
+    ),
+]
+
+IDS_CPU = torch.tensor([0, 0, 1])  # group ids may stay on the CPU beside accelerator rewards
+META_CALLS = {
+    "dapo.filter_groups": lambda: get_algorithm("dapo").filter_groups(meta(3), IDS_CPU),
+    "grpo.advantages": lambda: get_algorithm("grpo").advantages(meta(3), meta_mask(3, 4), IDS_CPU),
+    "rloo.advantages": lambda: get_algorithm("rloo").advantages(meta(3), meta_mask(3, 4), IDS_CPU),
+    "ppo.gae": lambda: gae(meta(3, 4), meta(3, 4), meta_mask(3, 4), 1.0, 1.0),
+}
+
+
+@pytest.mark.parametrize("name", list(META_CALLS))
+def test_outputs_stay_on_the_inputs_device(name):
+    """``meta`` stands in for an accelerator: like CUDA it refuses a non-scalar CPU tensor in
+    an operation on its tensors (0-dim CPU tensors are scalars to both)."""
+    assert_on_meta(META_CALLS[name]())
+
+
+@message_cases(ADVANTAGE_ERRORS)
+def test_error_message_in_full(call, kind, message):
+    assert_raises_exactly(call, kind, message)

@@ -1,4 +1,9 @@
-"""Hand-computed cases and loop-versus-vectorised checks for algorithms.common."""
+"""Hand-computed cases and loop-versus-vectorised checks for algorithms.common.
+
+The exact-value tests at the end pin what mutation testing found loose (docs/mutation.md): float64
+inputs that keep their dtype end to end, outputs on the ``meta`` device the inputs are on (an
+accelerator's stand-in), the documented special cases on the inputs where they differ from the
+general formula, and every error message in full."""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from algorithms.common import (
     clipped_ratio_loss,
     clipped_surrogate,
     explained_variance,
+    group_index,
     group_mean_std,
     importance_ratio,
     kl_penalty,
@@ -25,6 +31,8 @@ from algorithms.common import (
     to_floats,
     zero_masked,
 )
+from testkit.messages import assert_raises_exactly, message_cases
+from testkit.tensors import F64, INF, assert_on_meta, f64, meta, meta_mask
 
 NAN = float("nan")
 
@@ -311,3 +319,109 @@ def test_to_floats():
     assert out == {"a": 1.5, "b": 2.0}
     assert all(type(v) is float for v in out.values())
     assert to_floats({}) == {}
+
+
+# --- exact values where they differ from the general formula ---------------------------------
+
+
+def test_masked_var_with_two_and_with_one_valid_element():
+    # Two valid elements: (1 - 2)^2 + (3 - 2)^2 = 2 over n - 1 = 1 (Bessel) -> 2; biased -> 1.
+    assert masked_var(f64([1.0, 3.0]), torch.tensor([1, 1])).item() == 2.0
+    assert masked_var(f64([1.0, 3.0]), torch.tensor([1, 1]), unbiased=False).item() == 1.0
+    # Fewer than two valid elements: defined as 0 whatever the one value is (inf - inf is NaN).
+    assert masked_var(f64([INF, 5.0]), torch.tensor([1, 0])).item() == 0.0
+
+
+def test_group_statistics_biased_and_of_a_group_of_one():
+    values, ids = f64([1.0, 2.0, 4.0, INF]), torch.tensor([0, 0, 0, 9])
+    mean, std, count = group_mean_std(values, ids, unbiased=False)
+    # group 0: mean 7/3, squared deviations 16/9 + 1/9 + 25/9 = 42/9, over n = 3 -> 14/9
+    assert mean[0].item() == pytest.approx(7 / 3, rel=1e-15)
+    assert std[0].item() == pytest.approx(math.sqrt(14 / 9), rel=1e-15)
+    _, std_unbiased, _ = group_mean_std(values, ids)
+    assert std_unbiased[0].item() == pytest.approx(math.sqrt(7 / 3), rel=1e-15)  # 42/9 over 2
+    # A group of one has (unbiased) std 0, even when its one value makes the deviation NaN.
+    assert std_unbiased[3].item() == 0.0
+    assert count.tolist() == [3.0, 3.0, 3.0, 1.0]
+
+
+def test_k3_of_an_impossible_token_is_the_clamp():
+    # ref - logp = +inf (the policy gives the token probability 0): the log-ratio clamp at 20
+    # keeps exp() finite, so k3 is the 10 of the outer clamp, not inf - inf = NaN.
+    kl = kl_penalty(f64([[-INF, 0.0]]), f64([[0.0, 0.0]]), "k3")
+    assert kl.tolist() == [[10.0, 0.0]]
+
+
+def test_clipped_surrogate_clamps_a_tiny_ratio_at_exp_minus_20():
+    # log-ratio -30 is clamped to -20: A = 1 keeps the unclipped -A * ratio (ratio < 0.8)
+    one = torch.ones(1, 1, dtype=F64)
+    pg, stats = clipped_surrogate(f64([[-30.0]]), f64([[0.0]]), one, one, 0.2, 0.2)
+    assert pg.item() == pytest.approx(-math.exp(-20.0), rel=1e-15)
+    assert stats["approx_kl"].item() == 20.0
+
+
+def test_dual_clip_bounds_negative_advantages_only():
+    # A = +0.5 at ratio 1: no dual clip (the bound -A * c = -1.5 is for A < 0): loss -0.5
+    one = torch.ones(1, 1, dtype=F64)
+    pg, stats = clipped_surrogate(f64([[0.0]]), f64([[0.0]]), f64([[0.5]]), one, 0.2, 0.2, 3.0)
+    assert pg.item() == -0.5 and stats["dual_clip_frac"].item() == 0.0
+
+
+def test_dual_clip_fraction_counts_strictly_bounded_tokens():
+    # A = -1 at a ratio exactly c: the surrogate max(r, 1.2) = c equals the bound -A * c, which
+    # is then not active (nothing is bounded), so the fraction is 0
+    c = torch.exp(f64(0.5)).item()
+    one = torch.ones(1, 1, dtype=F64)
+    pg, stats = clipped_surrogate(f64([[0.5]]), f64([[0.0]]), -one, one, 0.2, 0.2, c)
+    assert pg.item() == c and stats["dual_clip_frac"].item() == 0.0
+
+
+def test_outcome_at_last_token_in_float64():
+    out = outcome_at_last_token(f64([0.1, 0.7]), torch.tensor([[1, 1, 0], [1, 0, 1]]))
+    assert out.dtype == F64
+    assert out.tolist() == [[0.0, 0.1, 0.0], [0.0, 0.0, 0.7]]
+
+
+def test_explained_variance_in_the_prediction_dtype():
+    # float32 targets against float64 predictions are compared in float64
+    target32 = torch.tensor([0.1, 0.7, 0.3, 0.9])
+    pred = f64([0.2, 0.5, 0.4, 0.6])
+    t = target32.double()
+    expected = 1 - torch.var(t - pred, unbiased=False) / torch.var(t, unbiased=False)
+    got = explained_variance(pred, target32)
+    assert got.dtype == F64
+    # float64 sums of 4 terms of size <= 1: rounding ~1e-15; float32 statistics differ by ~1e-8
+    assert got.item() == pytest.approx(expected.item(), abs=1e-13)
+
+
+COMMON_ERRORS = [
+    (
+        lambda: outcome_to_tokens(torch.zeros(3), torch.ones(2, 5)),
+        ValueError,
+        "scores must have shape (B,) = (2,), got (3,)",
+    ),
+    (
+        lambda: group_index(torch.zeros(2, 2)),
+        ValueError,
+        "group_ids must have shape (B,), got (2, 2)",
+    ),
+]
+
+
+@message_cases(COMMON_ERRORS)
+def test_error_message_in_full(call, kind, message):
+    assert_raises_exactly(call, kind, message)
+
+
+IDS_CPU = torch.tensor([0, 0, 1])  # group ids may stay on the CPU beside accelerator rewards
+META_CALLS = {
+    "group_mean_std": lambda: group_mean_std(meta(3), IDS_CPU),
+    "outcome_at_last_token": lambda: outcome_at_last_token(meta(3), meta_mask(3, 4)),
+}
+
+
+@pytest.mark.parametrize("name", list(META_CALLS))
+def test_outputs_stay_on_the_inputs_device(name):
+    """``meta`` stands in for an accelerator: like CUDA it refuses a non-scalar CPU tensor in
+    an operation on its tensors (0-dim CPU tensors are scalars to both)."""
+    assert_on_meta(META_CALLS[name]())

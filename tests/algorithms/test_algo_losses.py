@@ -1,5 +1,10 @@
 """Hand-computed policy and value losses of the built-in algorithms with their default configs,
-and the one policy loss every algorithm shares (check, surrogate, aggregate, KL)."""
+and the one policy loss every algorithm shares (check, surrogate, aggregate, KL).
+
+The exact-value tests at the end pin what mutation testing found loose (docs/mutation.md): float64
+inputs that keep their dtype end to end, outputs on the ``meta`` device the inputs are on (an
+accelerator's stand-in), the documented special cases on the inputs where they differ from the
+general formula, and every error message in full."""
 
 from __future__ import annotations
 
@@ -9,9 +14,12 @@ import re
 import pytest
 import torch
 
+import algorithms.ppo as ppo_module
 from algorithms import Algorithm, algorithm_class, get_algorithm, list_algorithms
 from algorithms.common import agg_loss, kl_penalty
 from algorithms.grpo import GRPO
+from testkit.messages import assert_raises_exactly, message_cases
+from testkit.tensors import INF, META, f64, meta, meta_mask
 
 NAN = float("nan")
 # Four tokens: A=+1 ratio 1.25 | A=-1 ratio 4 | A=-1 ratio 0.5 | padding (NaN garbage).
@@ -201,11 +209,6 @@ def test_sppo_value_loss_hand():
     assert logits.grad.tolist() == pytest.approx([-1 / 6, 1 / 6, -1 / 12], abs=1e-6)
 
 
-def test_sppo_value_loss_rejects_targets_outside_unit_interval():
-    with pytest.raises(ValueError, match=r"\[0, 1\]"):
-        get_algorithm("sppo").value_loss(torch.zeros(2), torch.tensor([1.0, -0.5]), None)
-
-
 def test_ppo_value_loss_hand():
     values = torch.tensor([[1.0, 0.0, NAN]], requires_grad=True)
     old = torch.tensor([[0.0, 0.0, NAN]])
@@ -229,3 +232,155 @@ def test_ppo_value_loss_hand():
 def test_value_loss_without_critic_raises(name):
     with pytest.raises(NotImplementedError, match="no critic"):
         get_algorithm(name).value_loss(torch.zeros(2), torch.zeros(2), None)
+
+
+# --- exact values where they differ from the general formula, and dtypes ---------------------
+
+
+def test_ppo_value_clipping_on_the_low_side():
+    # V = -1 moved below V_old - c = -0.5; target -2: clipped V = -0.5 is farther from it,
+    # (1.5)^2 = 2.25 > (1)^2 = 1, so the clipped term is the max: loss 0.5 * 2.25.
+    loss, metrics = get_algorithm("ppo").value_loss(
+        f64([[-1.0]]), f64([[-2.0]]), torch.ones(1, 1), old_values=f64([[0.0]])
+    )
+    assert loss.item() == 1.125
+    assert metrics["critic/clip_frac"] == 1.0
+
+
+def test_ppo_explained_variance_counts_valid_tokens_only():
+    values = f64([[1.0, 2.0, 7.0], [3.0, 0.0, 0.0]])
+    targets = f64([[1.0, 3.0, -5.0], [2.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    _, metrics = get_algorithm("ppo").value_loss(values, targets, mask)
+    # valid: V = [1, 2, 3], G = [1, 3, 2]; Var(G) = 2/3, residual [0, 1, -1]: Var 2/3 -> EV 0
+    assert metrics["critic/explained_variance"] == pytest.approx(0.0, abs=1e-15)
+
+
+def test_a_zero_kl_coefficient_keeps_an_infinite_kl_out_of_the_loss():
+    # k1 KL of a token the reference gives probability 0 is +inf: logged, but weight 0 disables
+    # the term (0 * inf would be NaN)
+    algo = get_algorithm("sppo", kl_penalty="k1")
+    zeros, one = torch.zeros(1, 2), torch.ones(1, 2)
+    loss, metrics = algo.policy_loss(
+        zeros, zeros, one, one, ref_log_probs=torch.tensor([[-INF, 0.0]])
+    )
+    assert loss.item() == -1.0  # the surrogate alone: -A * ratio, token mean
+    assert metrics["train/kl"] == INF
+
+
+def test_ppo_value_loss_in_the_critic_dtype():
+    # float64 targets and old values for a float32 critic: the loss stays float32
+    values = torch.tensor([[0.5, -0.5]], requires_grad=True)
+    loss, _ = get_algorithm("ppo").value_loss(
+        values, f64([[1.0, 0.0]]), torch.ones(1, 2), old_values=f64([[0.0, 0.0]])
+    )
+    assert loss.dtype == torch.float32
+
+
+def test_sppo_value_loss_in_the_critic_dtype():
+    logits = torch.tensor([0.3, -0.2], requires_grad=True)
+    loss, _ = get_algorithm("sppo").value_loss(logits, f64([1.0, 0.0]))
+    assert loss.dtype == torch.float32
+
+
+@pytest.mark.parametrize("old_values", [False, True], ids=["unclipped", "clipped"])
+def test_ppo_value_loss_metrics_stay_on_the_critics_device(old_values, monkeypatch):
+    """The metrics are stacked into one tensor before the one device sync (``to_floats``): a
+    metric made on the CPU would fail that stack beside an accelerator's."""
+    monkeypatch.setattr(ppo_module, "to_floats", lambda metrics: metrics)
+    v = meta(2, 3)
+    _, metrics = get_algorithm("ppo").value_loss(
+        v, meta(2, 3), meta_mask(2, 3), meta(2, 3) if old_values else None
+    )
+    assert {k: t.device for k, t in metrics.items()} == dict.fromkeys(metrics, META)
+
+
+MASK23 = torch.ones(2, 3, dtype=torch.bool)
+R2 = torch.tensor([1.0, 0.0])
+
+
+def _ppo_value_loss(**shapes: tuple[int, ...]):
+    """PPO's value loss with (2, 3) tensors except those in ``shapes``."""
+    t = {k: torch.zeros(shapes.get(k, (2, 3))) for k in ("values", "targets", "old_values")}
+    return get_algorithm("ppo").value_loss(t["values"], t["targets"], MASK23, t["old_values"])
+
+
+def _policy_loss(bad: str):
+    """SPPO's policy loss with (2, 3) tensors, ``bad`` one (2, 4)."""
+    names = ("log_probs", "old_log_probs", "advantages", "response_mask", "ref_log_probs")
+    t = {k: torch.zeros((2, 4) if k == bad else (2, 3)) for k in names}
+    return get_algorithm("sppo").policy_loss(*t.values())
+
+
+def _shapes(bad: str) -> str:
+    names = ("log_probs", "old_log_probs", "advantages", "response_mask", "ref_log_probs")
+    return ", ".join(f"'{k}': {(2, 4) if k == bad else (2, 3)}" for k in names)
+
+
+LOSS_ERRORS = [
+    *(
+        (
+            lambda bad=bad: _policy_loss(bad),
+            ValueError,
+            f"expected tensors of one (B, T) shape, got {{{_shapes(bad)}}}",
+        )
+        for bad in ("log_probs", "old_log_probs", "advantages", "response_mask", "ref_log_probs")
+    ),
+    (
+        lambda: get_algorithm("grpo").value_loss(R2, R2, None),
+        NotImplementedError,
+        "grpo has no critic (critic='none'); value_loss exists only for algorithms with critic "
+        "'token' or 'prompt'",
+    ),
+    (
+        lambda: get_algorithm("ppo").value_loss(torch.zeros(2, 3), torch.zeros(2, 3), None),
+        ValueError,
+        "ppo: value_loss needs the (B, T) response_mask",
+    ),
+    (
+        lambda: _ppo_value_loss(values=(2, 4)),
+        ValueError,
+        "ppo: expected (B, T) = (2, 3), got {'values': (2, 4), 'targets': (2, 3), "
+        "'old_values': (2, 3)}",
+    ),
+    (
+        lambda: _ppo_value_loss(targets=(2, 4)),
+        ValueError,
+        "ppo: expected (B, T) = (2, 3), got {'values': (2, 3), 'targets': (2, 4), "
+        "'old_values': (2, 3)}",
+    ),
+    (
+        lambda: _ppo_value_loss(old_values=(2, 4)),
+        ValueError,
+        "ppo: expected (B, T) = (2, 3), got {'values': (2, 3), 'targets': (2, 3), "
+        "'old_values': (2, 4)}",
+    ),
+    (
+        lambda: get_algorithm("sppo").value_loss(torch.zeros(2, 2), torch.zeros(2, 2)),
+        ValueError,
+        "sppo: values and targets must both be (B,), got (2, 2) and (2, 2)",
+    ),
+    (
+        # (B, 1) logits are refused, not squeezed into (B,)
+        lambda: get_algorithm("sppo").value_loss(torch.zeros(2, 1), torch.zeros(2, 1)),
+        ValueError,
+        "sppo: values and targets must both be (B,), got (2, 1) and (2, 1)",
+    ),
+    (
+        lambda: get_algorithm("sppo").value_loss(torch.zeros(2), torch.tensor([0.0, 1.5])),
+        ValueError,
+        "sppo: value_loss targets must lie in [0, 1] (the critic predicts a success "
+        "probability); got min 0.0, max 1.5",
+    ),
+    (
+        lambda: get_algorithm("sppo").value_loss(torch.zeros(2), torch.tensor([1.0, -0.5])),
+        ValueError,
+        "sppo: value_loss targets must lie in [0, 1] (the critic predicts a success "
+        "probability); got min -0.5, max 1.0",
+    ),
+]
+
+
+@message_cases(LOSS_ERRORS)
+def test_error_message_in_full(call, kind, message):
+    assert_raises_exactly(call, kind, message)

@@ -1,15 +1,19 @@
-"""The registry: decorator, lookups, errors and entry-point plugin discovery."""
+"""The registry: decorator, lookups, refused declarations, errors in full and entry-point plugin
+discovery (each plugin loaded once, a broken one warning once)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
 
+import algorithms.base as base
 from algorithms import (
     Algorithm,
     ConfigError,
@@ -21,6 +25,7 @@ from algorithms import (
 )
 from algorithms.base import ENTRY_POINT_GROUP, _reset_plugins_loaded, _restore_registry, _unregister
 from algorithms.common import outcome_to_tokens
+from algorithms.grpo import GRPOConfig
 
 BUILTINS = [
     "cispo",
@@ -108,70 +113,169 @@ def test_restore_registry_undoes_registrations():
     assert "temp_algo" not in list_algorithms()
 
 
+# --- refused declarations, repr and errors -----------------------------------------------------
+
+
+class _Free(Algorithm):
+    """A complete critic-free algorithm to register under broken declarations."""
+
+    def advantages(self, rewards, response_mask, group_ids, **_):
+        raise NotImplementedError
+
+
+def test_registration_refuses_a_config_that_is_not_an_algorithm_config():
+    @dataclass(frozen=True)
+    class PlainDataclass:  # a dataclass, but not an AlgorithmConfig
+        x: int = 0
+
+    class NotADataclass:  # neither
+        pass
+
+    for config in (PlainDataclass, NotADataclass):
+        bad = type("BadConfig", (_Free,), {"Config": config})
+        with (
+            _restore_registry(),
+            pytest.raises(
+                TypeError, match=r"^BadConfig\.Config must be an AlgorithmConfig dataclass$"
+            ),
+        ):
+            register_algorithm("bad-config")(bad)
+
+
+def test_registration_refuses_an_unknown_critic_kind():
+    bad = type("BadCritic", (_Free,), {"critic": "value"})
+    with (
+        _restore_registry(),
+        pytest.raises(
+            TypeError,
+            match=r"^BadCritic\.critic='value' is not one of \('none', 'token', 'prompt'\)$",
+        ),
+    ):
+        register_algorithm("bad-critic")(bad)
+
+
+def test_unregistering_an_unknown_name_is_a_no_op():
+    with _restore_registry():
+        _unregister("never-registered")
+        assert "grpo" in base._REGISTRY
+
+
+def test_repr_names_the_class_the_name_and_the_config():
+    assert repr(get_algorithm("grpo")) == f"GRPO(name='grpo', config={GRPOConfig()!r})"
+
+
+def test_unknown_algorithm_error_prints_its_message_only():
+    assert str(UnknownAlgorithmError("unknown algorithm 'x'")) == "unknown algorithm 'x'"
+    assert str(UnknownAlgorithmError()) == ""
+
+
 # --- entry-point plugins --------------------------------------------------------------------
 
 PLUGIN_MODULE = "sppo_bench_test_plugin_mod"
+MISSING = "sppo_bench_no_such_module_xyz"
 
 
-def _write_plugin(root: Path) -> None:
-    (root / f"{PLUGIN_MODULE}.py").write_text(
-        textwrap.dedent(
-            """
-            from algorithms import Algorithm, register_algorithm
-            from algorithms.common import outcome_to_tokens
-
-
-            class _Base(Algorithm):
-                def advantages(self, rewards, response_mask, group_ids, values=None,
-                               baseline_rewards=None, token_kl=None):
-                    return outcome_to_tokens(rewards, response_mask), None
-
-
-            @register_algorithm("plugin_decorated")
-            class Decorated(_Base):
-                pass
-
-
-            class Undecorated(_Base):
-                pass
-            """
-        )
-    )
+@contextlib.contextmanager
+def _installed_plugin(root: Path, monkeypatch, source: str, entry_points: list[str]):
+    """``source`` as the module :data:`PLUGIN_MODULE` of an installed distribution whose
+    ``entry_points`` (``name = target`` lines) are in the algorithms' group; inside, the
+    registry is restored afterwards and the plugins are loaded again on the next lookup."""
+    (root / f"{PLUGIN_MODULE}.py").write_text(textwrap.dedent(source))
     dist = root / "sppo_bench_test_plugin-0.1.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text(
         "Metadata-Version: 2.1\nName: sppo-bench-test-plugin\nVersion: 0.1\n"
     )
     (dist / "entry_points.txt").write_text(
-        f"[{ENTRY_POINT_GROUP}]\n"
-        f"plugin_decorated = {PLUGIN_MODULE}\n"
-        f"plugin_class = {PLUGIN_MODULE}:Undecorated\n"
-        "plugin_broken = sppo_bench_no_such_module_xyz\n"
+        "".join(f"{line}\n" for line in [f"[{ENTRY_POINT_GROUP}]", *entry_points])
     )
+    monkeypatch.syspath_prepend(str(root))
+    monkeypatch.delitem(sys.modules, PLUGIN_MODULE, raising=False)
+    try:
+        with _restore_registry():
+            _reset_plugins_loaded()
+            yield
+    finally:
+        sys.modules.pop(PLUGIN_MODULE, None)
 
 
 def test_entry_point_plugins_are_discovered(tmp_path, monkeypatch, caplog):
-    _write_plugin(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, PLUGIN_MODULE, raising=False)
-    try:
-        with _restore_registry(), caplog.at_level(logging.WARNING, logger="algorithms.base"):
-            _reset_plugins_loaded()
-            names = list_algorithms()
-            # a module entry point registers through its decorator; a class entry point is
-            # registered under the entry point's name; a broken one only warns
-            assert {"plugin_decorated", "plugin_class"} <= set(names)
-            assert set(BUILTINS) <= set(names)
-            assert "plugin_broken" not in names
-            assert "plugin_broken" in caplog.text and "ModuleNotFoundError" in caplog.text
-            algo = get_algorithm("plugin_class")
-            assert algo.name == "plugin_class"
-            adv, _ = algo.advantages(torch.tensor([1.0]), torch.ones(1, 1), None)
-            assert adv.item() == 1.0
-            # loaded once: a second lookup neither re-imports nor warns again
-            caplog.clear()
-            assert list_algorithms() == names
-            assert caplog.text == ""
-        assert "plugin_decorated" not in list_algorithms()
-    finally:
-        sys.modules.pop(PLUGIN_MODULE, None)
+    source = """
+        from algorithms import Algorithm, register_algorithm
+        from algorithms.common import outcome_to_tokens
+
+
+        class _Base(Algorithm):
+            def advantages(self, rewards, response_mask, group_ids, values=None,
+                           baseline_rewards=None, token_kl=None):
+                return outcome_to_tokens(rewards, response_mask), None
+
+
+        @register_algorithm("plugin_decorated")
+        class Decorated(_Base):
+            pass
+
+
+        class Undecorated(_Base):
+            pass
+        """
+    entry_points = [
+        f"plugin_decorated = {PLUGIN_MODULE}",
+        f"plugin_class = {PLUGIN_MODULE}:Undecorated",
+        f"plugin_broken = {MISSING}",
+    ]
+    with (
+        _installed_plugin(tmp_path, monkeypatch, source, entry_points),
+        caplog.at_level(logging.WARNING, logger="algorithms.base"),
+    ):
+        names = list_algorithms()
+        # a module entry point registers through its decorator; a class entry point is
+        # registered under the entry point's name; a broken one only warns
+        assert {"plugin_decorated", "plugin_class"} <= set(names)
+        assert set(BUILTINS) <= set(names)
+        assert "plugin_broken" not in names
+        assert "plugin_broken" in caplog.text and "ModuleNotFoundError" in caplog.text
+        algo = get_algorithm("plugin_class")
+        assert algo.name == "plugin_class"
+        adv, _ = algo.advantages(torch.tensor([1.0]), torch.ones(1, 1), None)
+        assert adv.item() == 1.0
+        # loaded once: a second lookup neither re-imports nor warns again
+        caplog.clear()
+        assert list_algorithms() == names
+        assert caplog.text == ""
+    assert "plugin_decorated" not in list_algorithms()
+
+
+def test_plugins_load_once_each_and_only_broken_ones_warn(tmp_path, monkeypatch, caplog):
+    """A broken entry point listed twice warns once and does not stop the scan; a module entry
+    point (registering by its decorator) and a class that is no Algorithm are loaded silently."""
+    source = """
+        from algorithms import Algorithm, register_algorithm
+
+
+        @register_algorithm("mutants_plugin_decorated")
+        class Decorated(Algorithm):
+            def advantages(self, rewards, response_mask, group_ids, **_):
+                raise NotImplementedError
+
+
+        class NotAnAlgorithm:
+            pass
+        """
+    entry_points = [
+        f"mutants_broken = {MISSING}",
+        f"mutants_broken = {MISSING}",
+        f"mutants_module = {PLUGIN_MODULE}",
+        f"mutants_not_an_algorithm = {PLUGIN_MODULE}:NotAnAlgorithm",
+    ]
+    with (
+        _installed_plugin(tmp_path, monkeypatch, source, entry_points),
+        caplog.at_level(logging.WARNING, logger="algorithms.base"),
+    ):
+        names = base.list_algorithms()
+        assert "mutants_plugin_decorated" in names
+        assert not {"mutants_broken", "mutants_module", "mutants_not_an_algorithm"} & set(names)
+        assert [r.getMessage() for r in caplog.records] == [
+            f"could not load algorithm plugin 'mutants_broken' ({MISSING}): "
+            f"ModuleNotFoundError: No module named '{MISSING}'"
+        ]

@@ -31,3 +31,15 @@ def meta(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
 def meta_mask(*shape: int) -> torch.Tensor:
     """A boolean response mask of ``shape`` on the ``meta`` device."""
     return meta(*shape, dtype=torch.bool)
+
+
+def on_devices(out) -> list[torch.device]:
+    """The devices of the tensors in ``out`` (one tensor or a tuple, ``None`` entries skipped)."""
+    tensors = out if isinstance(out, tuple) else (out,)
+    return [t.device for t in tensors if isinstance(t, torch.Tensor)]
+
+
+def assert_on_meta(out) -> None:
+    """Every tensor in ``out`` is on the ``meta`` device, and there is at least one."""
+    devices = on_devices(out)
+    assert devices and all(d == META for d in devices)
