@@ -618,7 +618,6 @@ def _final_arrays(
         "horizon": horizon,
         "n_starts": n_starts,
         "n_seeds": n_seeds,
-        "k": k,
     }
 
 

@@ -711,3 +711,114 @@ def test_reached_level_by_estimand_and_starts() -> None:
         "estimand must be one of ['horizon_slope', 'final_difference', 'area_difference', "
         "'compute_ratio'], got 'area'"
     )
+
+
+# --- the interval's edges: no spread, guards, the ratio's ends --------------------------------
+
+
+def _estimate(estimand: str = "final_difference", **kw: object) -> ClaimEstimate:
+    fields = dict(
+        estimand=estimand, a="a", b="b", effect=1.5 if estimand == "compute_ratio" else 0.2,
+        lo=float("nan"), hi=float("nan"), level=0.95, p_value=0.5, n_starts=5, n_seeds=2,
+        mde=float("nan"), conditional=False, per_start=(), se=0.1, df=4.0,
+    )  # fmt: skip
+    fields.update(kw)
+    return ClaimEstimate(**fields)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("se", "df"),
+    [
+        (float("inf"), 4.0),
+        (0.1, float("inf")),
+        (float("nan"), 4.0),
+        (0.1, float("nan")),
+        (0.1, 0.0),
+    ],
+)
+def test_an_interval_and_mde_need_a_finite_se_and_positive_finite_df(se: float, df: float) -> None:
+    """Without a finite standard error and finite degrees of freedom above 0 there is no
+    interval (NaN at both ends, also for a censored ratio, whose upper end would otherwise be
+    infinite) and no smallest detectable effect."""
+    for est in (_estimate(se=se, df=df), _estimate("compute_ratio", se=se, df=df, censored=1)):
+        lo, hi = est.interval(0.05)
+        assert math.isnan(lo) and math.isnan(hi), (est.estimand, lo, hi)
+        assert math.isnan(est.mde_at(0.05))
+
+
+def test_identical_starts_give_an_interval_of_no_width_and_warn_nothing() -> None:
+    """Every start the same effect and every item alike: no spread at all (se 0), so the
+    interval is the point, the test of no effect has p = 0 (t infinite) and its degrees of
+    freedom are starts - 1; a zero effect with no spread has no test (p NaN). Nothing warns
+    (0 / 0 and x / 0 happen inside)."""
+    same = {(f"s{s}", s, algo): [acc] * 4 for s in (1, 2, 3) for algo, acc in (("a", 1), ("b", 0))}
+    tie = {(f"s{s}", s, algo): [1] * 4 for s in (1, 2, 3) for algo in ("a", "b")}
+    with _no_warnings():
+        diff = final_difference(_uniform(same), "a", "b", folds=3)
+        level = final_difference(_uniform(tie), "a", "b", folds=3)
+        ratio = compute_ratio(_uniform(tie), "a", "b", folds=3)
+    assert (diff.effect, diff.lo, diff.hi, diff.se, diff.df) == (1.0, 1.0, 1.0, 0.0, 2.0)
+    assert diff.p_value == 0.0
+    assert (level.effect, level.lo, level.hi, level.se) == (0.0, 0.0, 0.0, 0.0)
+    assert math.isnan(level.p_value)
+    assert (ratio.effect, ratio.lo, ratio.hi, ratio.se) == (1.0, 1.0, 1.0, 0.0)
+
+
+def test_the_array_interval_by_hand_for_a_ratio_censored_or_not() -> None:
+    """Three starts' log ratios 0.1, 0.3, 0.2 with no item variance: the ratio exp(0.2), its
+    ends exp(0.2 -/+ t(0.975, 2) se) with se = sd / sqrt(3); the p-value 2 P(T >= 0.2 / se).
+    A censored start makes the upper end infinite and the p-value the upper tail's: for an
+    estimate below 1 that is 1 - P(T <= t) doubled, capped at 1."""
+    from analysis.claims.protocol import _intervals
+
+    e = np.array([0.1, 0.3, 0.2])
+    e_del = np.zeros((3, 0))
+    se = e.std(ddof=1) / math.sqrt(3)
+    half = stats.t.ppf(0.975, 2) * se
+    iv = _intervals(True, e, e_del, 0.95, 0)
+    assert float(iv.effect) == pytest.approx(math.exp(0.2), rel=1e-12)
+    assert float(iv.lo) == pytest.approx(math.exp(0.2 - half), rel=1e-12)
+    assert float(iv.hi) == pytest.approx(math.exp(0.2 + half), rel=1e-12)
+    assert float(iv.p_value) == pytest.approx(2 * stats.t.sf(0.2 / se, 2), rel=1e-9)
+    cens = _intervals(True, e, e_del, 0.95, 1)
+    assert float(cens.hi) == math.inf and float(cens.lo) == pytest.approx(float(iv.lo))
+    assert float(cens.p_value) == pytest.approx(2 * stats.t.sf(0.2 / se, 2), rel=1e-9)
+    below = _intervals(True, -e, e_del, 0.95, 1)  # estimate below 1: the upper tail's p is 1
+    assert float(below.p_value) == 1.0
+    small = _intervals(True, e / 4, e_del, 0.95, 1)  # upper tail 2 P(T >= t) below 1
+    assert float(small.p_value) == pytest.approx(2 * stats.t.sf(0.05 / (se / 4), 2), rel=1e-9)
+    for confidence in (0.0, 1.0, 1.5, -0.5):
+        with pytest.raises(ValueError, match=rf"confidence must be in \(0, 1\), got {confidence}"):
+            _intervals(False, e, e_del, confidence, 0)
+
+
+def test_holm_rejects_every_member_when_none_fails() -> None:
+    rows = holm([0.001, 0.004, 0.01], 0.05)
+    assert [r.rejected for r in rows] == [True, True, True]
+    assert [r.rank for r in rows] == [1, 2, 3]
+
+
+def test_the_item_table_check_names_the_side_and_a_repeated_algorithm() -> None:
+    items = _curves({("s1", 1, "a"): B, ("s1", 1, "b"): B})
+    with pytest.raises(ValueError) as err:
+        final_difference(items, "a", "c")
+    assert str(err.value) == "b='c' has no rows; algorithms present: ['a', 'b']"
+    with pytest.raises(ValueError) as err:
+        final_difference(items, "a", "a")
+    assert str(err.value) == "a and b must differ, got 'a' twice"
+
+
+def test_the_isotonic_fit_and_the_crossing_warn_nothing_on_their_own() -> None:
+    """The helpers divide by empty blocks (the isotonic fit's means over k < i) and by level
+    steps (the crossing's interpolation between equal values): each keeps its own numpy errors
+    quiet, not only inside the estimators that call it."""
+    from analysis.claims.protocol import _crossing, _isotonic
+
+    y = np.array([[0.2, 0.1, 0.4, 0.4], [0.0, 0.0, 0.0, 0.0]])
+    with _no_warnings():
+        fit = _isotonic(y)
+        cross = _crossing(
+            fit, np.array([1.0, 2.0, 3.0, 4.0]) * np.ones((2, 1)), np.array([0.4, 0.0])
+        )
+    np.testing.assert_allclose(fit, [[0.15, 0.15, 0.4, 0.4], [0.0, 0.0, 0.0, 0.0]], rtol=1e-12)
+    np.testing.assert_array_equal(cross, [3.0, 1.0])
