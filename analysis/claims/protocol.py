@@ -346,7 +346,6 @@ def _summary(e: np.ndarray, e_del: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
             v_joint = _jackknife(np.nanmean(e_del, axis=-2))  # (..., )
             v_items_unit = np.nanmean(v_unit, axis=-1)
         else:
-            v_unit = np.full(e.shape, np.nan)
             v_joint = np.full(mean.shape, np.nan)
             v_items_unit = np.full(mean.shape, np.nan)
         many = units >= 2

@@ -822,3 +822,49 @@ def test_the_isotonic_fit_and_the_crossing_warn_nothing_on_their_own() -> None:
         )
     np.testing.assert_allclose(fit, [[0.15, 0.15, 0.4, 0.4], [0.0, 0.0, 0.0, 0.0]], rtol=1e-12)
     np.testing.assert_array_equal(cross, [3.0, 1.0])
+
+
+@pytest.mark.parametrize(
+    ("e", "e_del"),
+    [
+        # two folds, four units: Satterthwaite's df (3.69) above the floor of units - 1
+        (
+            [0.16, -0.16, -0.11, 0.02],
+            [[-0.03, -0.12], [-0.03, -0.13], [-0.02, -0.01], [0.05, -0.04]],
+        ),
+        # ten folds, five units sharing the folds' item effects: df 8.1
+        _effects(*_layout(np.random.default_rng(50), 5, 10, 0.3)),
+    ],
+)
+def test_the_degrees_of_freedom_where_satterthwaite_exceeds_the_floor(e, e_del) -> None:
+    """Where the shared items' part is large, Satterthwaite's degrees of freedom exceed the
+    floor of units - 1, so the formula itself (not the floor) sets the interval's width: the
+    documented construction, at two folds (the smallest count that has the formula) and ten."""
+    from analysis.claims.protocol import _summary
+
+    e, e_del = np.asarray(e, float), np.asarray(e_del, float)
+    mean, se, df = _interval_by_hand(e, e_del, 0.95)
+    assert df > e.size - 1 + 0.5  # the formula, not the floor
+    got = _summary(e, e_del)
+    assert tuple(float(v) for v in got) == pytest.approx((mean, se, df), rel=1e-12)
+
+
+def test_a_summary_over_no_unit_or_one_is_nan_and_warns_nothing() -> None:
+    """No unit (an empty axis, or every unit NaN): mean and se NaN, in the batch's shape;
+    one unit: its mean, its own jackknife's se and K - 1 df. Nothing warns (numpy's empty-slice
+    warnings are silenced inside)."""
+    from analysis.claims.protocol import _summary
+
+    with _no_warnings():
+        empty = _summary(np.empty((2, 0)), np.empty((2, 0, 0)))
+        flat = _summary(np.empty(0), np.empty((0, 0)))
+        nan = _summary(np.full(3, np.nan), np.full((3, 4), np.nan))
+        one = _summary(np.array([0.5, np.nan]), np.array([[0.4, 0.6], [np.nan, np.nan]]))
+    for v in empty:
+        assert v.shape == (2,) and np.isnan(v).all()
+    for v in (*flat, *nan[:2]):
+        assert np.shape(v) == () and np.isnan(v)
+    assert float(nan[2]) == 3.0  # K - 1, as for one unit; without a se it makes no interval
+    assert float(one[0]) == 0.5
+    assert float(one[1]) == pytest.approx(math.sqrt(0.5 * (0.1**2 + 0.1**2)), rel=1e-12)
+    assert float(one[2]) == 1.0
