@@ -18,8 +18,7 @@ from benchmarks.tasks.base import TaskProblem
 from benchmarks.tasks.grading import GradeResult
 from benchmarks.telemetry import metrics as M
 from benchmarks.telemetry.meter import Budget
-from benchmarks.training.modeling import build_tiny_llama
-from testkit.trainers import MAX_NEW, SPEC, FirstDigitTask, make_trainer
+from testkit.trainers import MAX_NEW, FirstDigitTask, make_trainer
 
 
 @pytest.mark.slow
@@ -53,11 +52,6 @@ def test_sppo_and_grpo_learn_under_the_default_budget(tmp_path):
 STEPS, K = 16, 4  # steps per run; the first and last K steps are compared
 LEARN_LR, NO_OP_LR = 3e-2, 1e-12  # 1e-12: an update far below fp32 resolution of the weights
 MARGIN = 0.15  # mean-reward gain over the run; a fixed policy's sampling noise stays below it
-
-
-@pytest.fixture(scope="module")
-def start(tok):
-    return build_tiny_llama(SPEC, len(tok), seed=0)
 
 
 def _score_series(name: str, start: Any, tok: Any, task: Any, lr: float) -> list[float]:

@@ -23,9 +23,8 @@ from benchmarks.telemetry.meter import Budget
 from benchmarks.telemetry.tracking import NullTracker
 from benchmarks.training.checkpoint import Checkpointer
 from benchmarks.training.config import TrainerConfig
-from benchmarks.training.modeling import build_tiny_llama
 from benchmarks.training.trainer import RLTrainer
-from testkit.trainers import SPEC, SPS, FirstDigitTask
+from testkit.trainers import SPS, FirstDigitTask
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -57,11 +56,6 @@ LAYOUT = {
     "step_cost",
     "evals",
 }
-
-
-@pytest.fixture(scope="module")
-def start(tok):
-    return build_tiny_llama(SPEC, len(tok), seed=0)
 
 
 @pytest.fixture(scope="module")

@@ -18,33 +18,21 @@ import torch
 from algorithms import Algorithm, AlgorithmConfig, get_algorithm
 from algorithms.common import outcome_to_tokens
 from algorithms.ppo import PPO, PPOConfig
-from benchmarks.engines.teacher_forced import bucketed_logprobs
 from benchmarks.telemetry import metrics as M
 from benchmarks.telemetry.meter import Budget, FlopModel
-from benchmarks.training.modeling import build_tiny_llama
 from testkit.tolerances import fp_tol
 from testkit.trainers import (
     SPEC,
     SPS,
     EngineSpy,
-    FirstDigitTask,
     make_trainer,
+    rollout_logprobs,
     teacher_forced_flops,
 )
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 BUDGET = Budget(kind="samples", limit=1000 * SPS)  # never the limit here: steps are called
-
-
-@pytest.fixture(scope="module")
-def start(tok):
-    return build_tiny_llama(SPEC, len(tok), seed=0)
-
-
-@pytest.fixture(scope="module")
-def dense():
-    return FirstDigitTask(horizon=1, eval_size=16)
 
 
 def _record(obj, name: str) -> list:
@@ -121,16 +109,9 @@ def test_a_stateful_algorithm_observes_the_rows_it_was_trained_on(updated, start
         assert seen["new_log_probs"] is None
         assert trainer.meter.flops["logprob"] == 0.0
         return
-    with torch.no_grad():
-        after, _ = bucketed_logprobs(
-            trainer.policy,
-            ro.prompt_ids,
-            ro.prompt_mask,
-            ro.response_ids,
-            ro.response_mask,
-            trainer.cfg.temperature,
-            buckets=trainer.cfg.length_buckets,
-        )
+    after, _ = rollout_logprobs(
+        trainer.policy, ro, trainer.cfg.temperature, buckets=trainer.cfg.length_buckets
+    )
     m = ro.response_mask.bool()
     new = seen["new_log_probs"]
     # the same forward of the same weights on the same batch; log-probs are O(log 19) < 3

@@ -108,3 +108,23 @@ def teacher_forced_flops(fm: FlopModel, ro: Any, *, head: bool = True) -> int:
         fm.forward(p + r, 0, logits=r, head=head)
         for p, r in zip(plens, ro.lengths.tolist(), strict=True)
     )
+
+
+def rollout_logprobs(model: Any, ro: Any, temperature: float, **kwargs: Any) -> Any:
+    """The teacher-forced log-probs of a recorded rollout's responses under ``model``, without
+    gradients (``with_entropy=True`` adds the entropies): what a test recomputes to check the
+    numbers a step reported from the same forward."""
+    import torch
+
+    from benchmarks.engines.teacher_forced import bucketed_logprobs
+
+    with torch.no_grad():
+        return bucketed_logprobs(
+            model,
+            ro.prompt_ids,
+            ro.prompt_mask,
+            ro.response_ids,
+            ro.response_mask,
+            temperature,
+            **kwargs,
+        )
