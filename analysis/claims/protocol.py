@@ -527,8 +527,6 @@ def linear_intervals(
     if method != "t":
         raise ValueError(f"method must be 't' or 'bootstrap', got {method!r}")
     e, e_del = _linear_effects(sa, sb, n, h, scale)
-    if e_del.shape[-1] < 2:
-        e_del = e_del[..., :0]
     return _intervals(False, e, e_del, confidence, 0)
 
 
@@ -576,8 +574,9 @@ def ratio_intervals(
     """
     lr, never = _ratio_effects(s, n, x, np.asarray(fractions, float), denominator)
     unit = lr.mean(axis=-2)  # (..., S, K+1): mean over the start's seeds
-    e_del = unit[..., 1:] if unit.shape[-1] > 2 else unit[..., :0]
-    return _intervals(True, unit[..., 0], e_del, confidence, never.any(axis=-1).sum(axis=-1))
+    return _intervals(
+        True, unit[..., 0], unit[..., 1:], confidence, never.any(axis=-1).sum(axis=-1)
+    )
 
 
 def _final_arrays(
@@ -807,7 +806,6 @@ class _Curves:
     runs: np.ndarray
     n_starts: int
     n_seeds: int
-    k: int
 
     def per_unit(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per-unit effects and their fold-deleted copies from per-run values ``v`` (U, R, K+1):
@@ -820,7 +818,7 @@ class _Curves:
                 unit = np.nanmean(v, axis=1)[has]  # (U, K+1): mean over the start's seeds
         else:
             unit = v[has][0][self.runs[has][0]]  # (R, K+1): seeds as units
-        return unit[:, 0], unit[:, 1:] if self.k >= 2 else unit[:, :0]
+        return unit[:, 0], unit[:, 1:]
 
 
 def _curve_arrays(
@@ -859,7 +857,7 @@ def _curve_arrays(
         )
     n_starts = int(runs.any(axis=1).sum())
     n_seeds = int(runs.sum(axis=1)[runs.any(axis=1)].min())
-    return _Curves(s, n, x, list(fractions), runs, n_starts, n_seeds, k)
+    return _Curves(s, n, x, list(fractions), runs, n_starts, n_seeds)
 
 
 # --- claim (b): the area under the accuracy-versus-compute curve --------------------------------
@@ -939,8 +937,7 @@ def area_intervals(
     each eval. Every (start, seed) must have every eval.
     """
     d = _area_effects(s, n, x).mean(axis=-2)  # (..., S, K+1): mean over the start's seeds
-    e_del = d[..., 1:] if d.shape[-1] > 2 else d[..., :0]
-    return _intervals(False, d[..., 0], e_del, confidence, 0)
+    return _intervals(False, d[..., 0], d[..., 1:], confidence, 0)
 
 
 # --- multiplicity and the verdict --------------------------------------------------------------
