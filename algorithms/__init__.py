@@ -27,16 +27,15 @@ from algorithms.base import (
     ENTRY_POINT_GROUP,
     Algorithm,
     AlgorithmConfig,
-    ConfigError,
     CriticKind,
     GroupConfig,
     UnknownAlgorithmError,
     algorithm_class,
-    config_field,
     get_algorithm,
     list_algorithms,
     register_algorithm,
 )
+from algorithms.configkit import ConfigError, config_field
 
 __all__ = [
     "ENTRY_POINT_GROUP",

@@ -17,15 +17,12 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 import logging
-import math
-import operator
 import re
-import types
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import Any, ClassVar, Literal, TypeVar, get_args
 
 import torch
 from torch import Tensor
@@ -40,20 +37,16 @@ from algorithms.common import (
     to_floats,
     zero_masked,
 )
+from algorithms.configkit import ConfigError, check_fields, config_field
 
 __all__ = [
-    "BOUNDS",
     "ENTRY_POINT_GROUP",
     "Algorithm",
     "AlgorithmConfig",
-    "ConfigError",
     "CriticKind",
     "GroupConfig",
     "UnknownAlgorithmError",
     "algorithm_class",
-    "check_type",
-    "config_field",
-    "field_types",
     "get_algorithm",
     "list_algorithms",
     "register_algorithm",
@@ -68,10 +61,6 @@ CriticKind = Literal["none", "token", "prompt"]
 _CRITIC_KINDS: tuple[str, ...] = get_args(CriticKind)
 
 
-class ConfigError(ValueError):
-    """A hyper-parameter is invalid; the message names the field, the value and what is allowed."""
-
-
 class UnknownAlgorithmError(ConfigError, KeyError):
     """No algorithm is registered under that name (a ``KeyError`` *and* a ``ConfigError``)."""
 
@@ -82,98 +71,6 @@ class UnknownAlgorithmError(ConfigError, KeyError):
 # --------------------------------------------------------------------------------------------
 # Configuration
 # --------------------------------------------------------------------------------------------
-
-#: ``config_field``'s bound keywords: the symbol a message shows and the test it stands for.
-BOUNDS: dict[str, tuple[str, Callable[[float, float], bool]]] = {
-    "ge": (">=", operator.ge),
-    "gt": (">", operator.gt),
-    "le": ("<=", operator.le),
-    "lt": ("<", operator.lt),
-}
-
-
-def config_field(
-    default: Any,
-    help: str,  # shadows the builtin on purpose: it is the metadata key every field carries
-    *,
-    ge: float | None = None,
-    gt: float | None = None,
-    le: float | None = None,
-    lt: float | None = None,
-) -> Any:
-    """A dataclass field with its help string and optional numeric bounds.
-
-    The bounds are checked by :meth:`AlgorithmConfig.__post_init__` (``None`` values of optional
-    fields are exempt), so a field's range is declared next to it rather than in a hand-written
-    ``if`` further down.
-    """
-    metadata: dict[str, Any] = {"help": help}
-    for key, bound in (("ge", ge), ("gt", gt), ("le", le), ("lt", lt)):
-        if bound is not None:
-            metadata[key] = bound
-    return dataclasses.field(default=default, metadata=metadata)
-
-
-_HINTS: dict[type, dict[str, Any]] = {}
-
-
-def field_types(cls: type) -> dict[str, Any]:
-    """A config dataclass's resolved field annotations, read once per class."""
-    if cls not in _HINTS:
-        try:
-            _HINTS[cls] = get_type_hints(cls)
-        except NameError as e:  # e.g. an alias defined inside a function
-            raise TypeError(
-                f"cannot resolve the field annotations of {cls.__qualname__} ({e}); define the "
-                "config and the types it names at module level"
-            ) from e
-    return _HINTS[cls]
-
-
-def _type_name(tp: Any) -> str:
-    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
-
-
-def check_type(owner: str, name: str, value: Any, tp: Any) -> Any:
-    """Check ``value`` against the annotation ``tp``; return it (ints widened to float).
-
-    Raises :class:`ConfigError` naming ``<owner>.<name>`` and the type it expects.
-    """
-    origin = get_origin(tp)
-    if origin is Union or origin is types.UnionType:
-        args = get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        for arg in (a for a in args if a is not type(None)):
-            try:
-                return check_type(owner, name, value, arg)
-            except ConfigError:
-                continue
-        raise ConfigError(f"{owner}.{name}={value!r} is invalid: expected {_type_name(tp)}")
-    if origin is Literal:
-        allowed = get_args(tp)
-        if any(value == a and type(value) is type(a) for a in allowed):
-            return value
-        raise ConfigError(
-            f"{owner}.{name}={value!r} is invalid: must be one of {', '.join(map(repr, allowed))}"
-        )
-    if tp is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            if not math.isfinite(value):
-                raise ConfigError(f"{owner}.{name}={value!r} is invalid: must be a finite number")
-            return float(value)
-    elif tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif isinstance(tp, type):
-        if isinstance(value, tp):
-            return value
-    else:  # an annotation we do not know how to check (e.g. a user's generic): trust it
-        return value
-    raise ConfigError(
-        f"{owner}.{name}={value!r} is invalid: expected {_type_name(tp)}, "
-        f"got {type(value).__name__}"
-    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -211,21 +108,12 @@ class AlgorithmConfig:
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
-        hints = field_types(type(self))
         for f in dataclasses.fields(self):
             if "help" not in f.metadata or not str(f.metadata["help"]).strip():
                 raise TypeError(
                     f"{owner}.{f.name} has no help string: declare it with config_field"
                 )
-            value = check_type(owner, f.name, getattr(self, f.name), hints[f.name])
-            object.__setattr__(self, f.name, value)
-            if value is None or isinstance(value, bool) or not isinstance(value, int | float):
-                continue
-            for key, (symbol, holds) in BOUNDS.items():
-                if key in f.metadata and not holds(float(value), float(f.metadata[key])):
-                    raise ConfigError(
-                        f"{owner}.{f.name}={value!r} is invalid: must be {symbol} {f.metadata[key]}"
-                    )
+        check_fields(self, owner)
 
     @classmethod
     def field_help(cls) -> dict[str, str]:

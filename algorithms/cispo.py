@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from algorithms.base import config_field, register_algorithm
+from algorithms.base import register_algorithm
 from algorithms.common import (
     LossAggMode,
     importance_ratio,
@@ -33,6 +33,7 @@ from algorithms.common import (
     masked_policy_inputs,
     zero_masked,
 )
+from algorithms.configkit import config_field
 from algorithms.grpo import GRPO, GRPOConfig
 
 __all__ = ["CISPO", "CISPOConfig", "cispo_surrogate"]

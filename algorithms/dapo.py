@@ -25,8 +25,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from algorithms.base import ConfigError, config_field, register_algorithm
+from algorithms.base import register_algorithm
 from algorithms.common import LossAggMode, group_index
+from algorithms.configkit import ConfigError, config_field
 from algorithms.grpo import GRPO, GRPOConfig
 
 __all__ = ["DAPO", "DAPOConfig"]

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from algorithms.base import config_field, register_algorithm
+from algorithms.base import register_algorithm
 from algorithms.common import LossAggMode
+from algorithms.configkit import config_field
 from algorithms.grpo import GRPO, GRPOConfig
 
 __all__ = ["DrGRPO", "DrGRPOConfig"]

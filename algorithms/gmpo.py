@@ -27,8 +27,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from algorithms.base import ConfigError, config_field, register_algorithm
+from algorithms.base import register_algorithm
 from algorithms.common import LossAggMode, masked_mean, masked_policy_inputs, zero_masked
+from algorithms.configkit import ConfigError, config_field
 from algorithms.grpo import GRPO, GRPOConfig
 
 __all__ = ["GMPO", "GMPOConfig", "gmpo_surrogate"]

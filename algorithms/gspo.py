@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from algorithms.base import config_field, register_algorithm
+from algorithms.base import register_algorithm
 from algorithms.common import (
     LossAggMode,
     clipped_ratio_loss,
@@ -35,6 +35,7 @@ from algorithms.common import (
     masked_policy_inputs,
     zero_masked,
 )
+from algorithms.configkit import config_field
 from algorithms.grpo import GRPO, GRPOConfig
 
 __all__ = ["GSPO", "GSPOConfig", "gspo_surrogate"]

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from algorithms.base import Algorithm, AlgorithmConfig, CriticKind, config_field, register_algorithm
+from algorithms.base import Algorithm, AlgorithmConfig, CriticKind, register_algorithm
 from algorithms.common import (
     KLPenalty,
     agg_loss,
@@ -33,6 +33,7 @@ from algorithms.common import (
     outcome_at_last_token,
     to_floats,
 )
+from algorithms.configkit import config_field
 
 __all__ = ["PPO", "PPOConfig", "gae"]
 

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from algorithms.base import Algorithm, AlgorithmConfig, config_field, register_algorithm
+from algorithms.base import Algorithm, AlgorithmConfig, register_algorithm
 from algorithms.common import outcome_to_tokens
+from algorithms.configkit import config_field
 
 __all__ = ["ReMax", "ReMaxConfig"]
 

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from algorithms.base import Algorithm, GroupConfig, config_field, register_algorithm
+from algorithms.base import Algorithm, GroupConfig, register_algorithm
 from algorithms.common import LossAggMode, group_mean_std, outcome_to_tokens
+from algorithms.configkit import config_field
 
 __all__ = ["RLOO", "RLOOConfig"]
 

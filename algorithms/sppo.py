@@ -27,8 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from algorithms.base import Algorithm, AlgorithmConfig, CriticKind, config_field, register_algorithm
+from algorithms.base import Algorithm, AlgorithmConfig, CriticKind, register_algorithm
 from algorithms.common import explained_variance, outcome_to_tokens, to_floats
+from algorithms.configkit import config_field
 
 __all__ = ["SPPO", "SPPOConfig"]
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from algorithms import Algorithm, ConfigError, get_algorithm, list_algorithms
+from algorithms.configkit import config_value
 from analysis.claims.spec import Claim, parse_claims
 from benchmarks.engines.factory import check_rollout_config
 from benchmarks.suite.jobs import is_ray, resolve_jobs
@@ -201,33 +202,6 @@ def validate(cfg: Any) -> SuitePlan:
     )
 
 
-def _integer(key: str, value: Any, minimum: int | None = None) -> int:
-    """``value`` as an int, or a ConfigError naming ``key``: a bool, a fraction or text is not
-    one, and neither is a number below ``minimum``."""
-    n = None
-    if not isinstance(value, bool):
-        try:
-            n = int(value)
-        except (TypeError, ValueError):
-            n = None
-    if n is None or str(value).strip() != str(n):
-        bound = "" if minimum is None else f" >= {minimum}"
-        raise ConfigError(f"{key}={value!r}: must be an integer{bound}")
-    if minimum is not None and n < minimum:
-        raise ConfigError(f"{key}={value} must be >= {minimum}")
-    return n
-
-
-def _real(key: str, value: Any, what: str = "a number") -> float:
-    """``value`` as a float, or a ConfigError naming ``key`` and ``what`` it must be."""
-    if not isinstance(value, bool) and isinstance(value, int | float | str):
-        try:
-            return float(value)
-        except ValueError:
-            pass
-    raise ConfigError(f"{key}={value!r}: must be {what}")
-
-
 def _import_plugins(cfg: Any) -> list[str]:
     """``plugins``: import each module (from the user's working directory too)."""
     import importlib
@@ -330,9 +304,11 @@ def _trainer_config(
         own = {}
     lrs: dict[str, Any] = {"critic_lr": None}
     if actor_lr is not None:
-        lrs["actor_lr"] = _real(f"algorithm.{name}.actor_lr", actor_lr, "a number > 0")
+        lrs["actor_lr"] = config_value(f"algorithm.{name}.actor_lr", actor_lr, float, gt=0)
     if critic_lr is not None:
-        lrs["critic_lr"] = _real(f"algorithm.{name}.critic_lr", critic_lr, "a number > 0 or null")
+        lrs["critic_lr"] = config_value(
+            f"algorithm.{name}.critic_lr", critic_lr, float | None, gt=0
+        )
     try:
         return TrainerConfig(**{**trainer_base, **own}, **lrs)
     except ConfigError as e:
@@ -347,7 +323,7 @@ def _trainer_config(
 def _budget(cfg: Any) -> Budget:
     """``budget``: its kind, a number for its limit and a list of evaluation fractions."""
     b = as_dict(cfg.budget)
-    limit = _real("budget.limit", b["limit"], "a number > 0")
+    limit = config_value("budget.limit", b["limit"], float, gt=0)
     fractions = b["eval_fractions"]
     ok = isinstance(fractions, list | tuple) and all(
         not isinstance(f, bool) and isinstance(f, int | float) for f in fractions
@@ -367,16 +343,16 @@ def _check_engine_name(cfg: Any) -> None:
 
 def _counts(cfg: Any) -> tuple[int, list[int]]:
     """``threads``, ``jobs``, ``seeds`` and ``seed``: the runs' threads and seeds."""
-    threads = _integer("threads", cfg.threads, 1)
+    threads = config_value("threads", cfg.threads, int, ge=1)
     try:
         if not is_ray(cfg.get("jobs", 1)):
             resolve_jobs(cfg.get("jobs", 1), 1)
     except ValueError as e:
         raise ConfigError(str(e)) from e
-    seeds = _integer("seeds", cfg.seeds, 1)
+    seeds = config_value("seeds", cfg.seeds, int, ge=1)
     # Refused below 0: a seed names a start (s<seed>) and seeds NumPy's SeedSequence, which
     # takes no negative entropy; a negative seed had no meaning, only a surprise.
-    first = _integer("seed", cfg.seed, 0)
+    first = config_value("seed", cfg.seed, int, ge=0)
     return threads, [first + i for i in range(seeds)]
 
 
@@ -464,7 +440,7 @@ def _model(cfg: Any, task: Task) -> ModelPlan:
         return ModelPlan(str(cfg.model.name_or_path), str(cfg.model.dtype), None, node)
     spec = model_spec(node)
     longest = max(len(p.prompt) for p in task.eval_problems())  # one token per character
-    task_tokens = _integer("task.max_new_tokens", cfg.task.max_new_tokens, 1)
+    task_tokens = config_value("task.max_new_tokens", cfg.task.max_new_tokens, int, ge=1)
     response = max(task_tokens, int(cfg.trainer.max_new_tokens))
     try:
         spec.check(longest + response)
@@ -513,10 +489,7 @@ def _check_prompt_pool(cfg: Any, trainers: Mapping[str, TrainerConfig], task: Ta
 
 
 def _min_free_disk(cfg: Any) -> float:
-    min_free = _real("min_free_disk_gb", cfg.get("min_free_disk_gb", 0.0), "a number >= 0")
-    if not min_free >= 0:
-        raise ConfigError(f"min_free_disk_gb={min_free} must be >= 0")
-    return min_free
+    return config_value("min_free_disk_gb", cfg.get("min_free_disk_gb", 0.0), float, ge=0)
 
 
 def _ray(cfg: Any) -> tuple[str, int]:
@@ -533,7 +506,7 @@ def _ray(cfg: Any) -> tuple[str, int]:
             f"ray.address={address!r}: allowed 'auto' (the cluster `ray start --head` made on this "
             "machine, or $RAY_ADDRESS) or <host>:<port> of a Ray head node, e.g. 10.0.0.5:6379"
         )
-    retries = _integer("ray.max_retries", node.get("max_retries", 3), 0)
+    retries = config_value("ray.max_retries", node.get("max_retries", 3), int, ge=0)
     return address, retries
 
 

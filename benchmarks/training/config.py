@@ -1,8 +1,8 @@
 """``TrainerConfig``: the settings every algorithm of a suite shares (the ``trainer`` config node).
 
 Each field is declared once, here, with its default, its help string and its bounds
-(:func:`algorithms.base.config_field`, as an algorithm's hyper-parameters are). Hydra composes
-the ``trainer`` node from these defaults (:func:`trainer_defaults`, registered by
+(:func:`algorithms.configkit.config_field`, as an algorithm's hyper-parameters are). Hydra
+composes the ``trainer`` node from these defaults (:func:`trainer_defaults`, registered by
 :func:`benchmarks.config.compose_config`), and ``benchmarks/conf/config.yaml`` and the suites
 only override them (``max_new_tokens`` follows the task's). The learning rates are per algorithm
 (``algorithm/<name>.yaml``), so they are not in that node; the suite passes them.
@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, get_args
+from typing import Any
 
-from algorithms import ConfigError
-from algorithms.base import BOUNDS, check_type, config_field, field_types
+from algorithms.configkit import ConfigError, check_fields, config_field
 from benchmarks.training.critic_model import check_critic_model
 
 log = logging.getLogger(__name__)
@@ -159,12 +157,7 @@ class TrainerConfig:
     )
 
     def __post_init__(self) -> None:
-        hints = field_types(TrainerConfig)
-        for f in dataclasses.fields(self):
-            given, tp = getattr(self, f.name), hints[f.name]
-            if tp is not Any:  # critic_model: check_critic_model below
-                object.__setattr__(self, f.name, check_type("trainer", f.name, given, tp))
-            _check_bounds(f, given, getattr(self, f.name), type(None) in get_args(tp))
+        check_fields(self, "trainer")  # critic_model (Any): check_critic_model below
         for name in ("mini_batches", "critic_mini_batches"):
             v = getattr(self, name)
             if v is not None and self.samples_per_step % v:
@@ -192,32 +185,6 @@ class TrainerConfig:
     def field_help(cls) -> dict[str, str]:
         """``{field: help string}`` in declaration order, for CLI help and docs."""
         return {f.name: f.metadata["help"] for f in dataclasses.fields(cls)}
-
-
-def _allowed(bounds: Mapping[str, Any], nullable: bool) -> str:
-    """The declared bounds as a reader writes them: ``>= 1``, ``in (0, 1]``, ``... or null``."""
-    low = next((k for k in ("ge", "gt") if k in bounds), None)
-    high = next((k for k in ("le", "lt") if k in bounds), None)
-    if low and high:
-        text = (
-            f"in {'[' if low == 'ge' else '('}{bounds[low]:g}, "
-            f"{bounds[high]:g}{']' if high == 'le' else ')'}"
-        )
-    else:
-        key = low or high
-        text = f"{BOUNDS[key][0]} {bounds[key]:g}"  # type: ignore[index]
-    return f"{text} or null" if nullable else text
-
-
-def _check_bounds(f: dataclasses.Field, given: Any, value: Any, nullable: bool) -> None:
-    """Raise ``ConfigError`` if the number ``value`` breaks ``f``'s declared bounds, naming the
-    field, the value as given, the allowed range and the field's help."""
-    if value is None or isinstance(value, bool) or not isinstance(value, int | float):
-        return
-    m = f.metadata
-    if all(holds(value, m[key]) for key, (_, holds) in BOUNDS.items() if key in m):
-        return
-    raise ConfigError(f"trainer.{f.name}={given!r} must be {_allowed(m, nullable)}. {m['help']}")
 
 
 def trainer_defaults() -> dict[str, Any]:

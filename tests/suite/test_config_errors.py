@@ -27,8 +27,14 @@ CASES = [
         ["algorithm=[ppo]", "algorithm.ppo.params.gae_lambda=2"],
         ["gae_lambda", "valid fields:", "lam"],
     ),
-    (["algorithm=[grpo]", "algorithm.grpo.actor_lr=-1"], ["actor_lr=-1.0", "> 0"]),
-    (["algorithm=[sppo]", "algorithm.sppo.critic_lr=0"], ["critic_lr=0.0", "> 0 or null"]),
+    (
+        ["algorithm=[grpo]", "algorithm.grpo.actor_lr=-1"],
+        ["algorithm.grpo.actor_lr=-1 must be > 0"],
+    ),
+    (
+        ["algorithm=[sppo]", "algorithm.sppo.critic_lr=0"],
+        ["algorithm.sppo.critic_lr=0", "> 0 or null"],
+    ),
     (
         ["algorithm=[sppo]", "algorithm.sppo.critic.epochs=0"],
         ["algorithm.sppo.critic.epochs=0", ">= 1 or null"],
@@ -45,8 +51,10 @@ CASES = [
         ["algorithm=[grpo]", "+algorithm.grpo.critic.epochs=2"],
         ["algorithm.grpo.critic=", "trains no critic"],
     ),
-    (["budget.limit=-5"], ["budget.limit=-5.0", "> 0"]),
-    (["budget.limit=0"], ["budget.limit=0.0", "> 0"]),
+    (["budget.limit=-5"], ["budget.limit=-5 must be > 0"]),
+    (["budget.limit=0"], ["budget.limit=0 must be > 0"]),
+    (["budget.limit=inf"], ["budget.limit=inf: must be a finite number > 0"]),
+    (["min_free_disk_gb=-1"], ["min_free_disk_gb=-1 must be >= 0"]),
     (["budget.kind=gpu_hours"], ["budget.kind='gpu_hours'", "'samples'", "'flops'"]),
     (["budget=gpu_hours"], ["budget=gpu_hours", "available in 'budget'", "'wall_s'"]),
     (
