@@ -223,3 +223,99 @@ def test_mixed_horizons_draw_every_horizon_by_weight_and_hold_out_each():
 def test_one_horizon_in_a_list_is_the_plain_task():
     a, b = ArithTask(horizon=3, eval_size=50), ArithTask(horizon=[3], eval_size=50)
     assert a.train_problems() == b.train_problems() and a.eval_problems() == b.eval_problems()
+
+
+# --- exact facts, held-out set, horizons and mixtures (docs/mutation.md) ----------------------
+
+
+def test_facts_are_the_whole_single_step_table() -> None:
+    """The warm start's facts are every ``a op b`` over digit pairs and the three operations,
+    once each, with the step as its solution: 300, not a sample, not longer chains."""
+    facts = ArithTask(horizon=1, eval_size=1).facts()
+    assert len(facts) == 300
+    expected = {f"{a}{op}{b}=" for a in range(10) for op in "+-*" for b in range(10)}
+    assert {f.prompt for f in facts} == expected
+    for f in facts:
+        a, op, b = int(f.prompt[0]), f.prompt[1], int(f.prompt[2])
+        value = {"+": a + b, "-": a - b, "*": a * b}[op] % 10
+        assert (f.answer, f.solution) == (str(value), f"{f.prompt}{value};#{value}")
+
+
+def test_the_arith_held_out_set_is_the_published_one() -> None:
+    """Every published arith number was measured on these held-out problems (recorded once:
+    they must never change), and an enumerable horizon gives the same set whatever
+    ``max_problems`` is, as long as it covers every problem (9000 at horizon 2)."""
+    h2 = ["4*2+1=", "0*4+3=", "2+5-9=", "2-9+3=", "7*2*8="]
+    h3 = ["1-5-1-7=", "6-3*2-7=", "3+9-7*0=", "6*6-1*8=", "8-0*4*4="]
+    assert [p.prompt for p in ArithTask(horizon=2, eval_size=5).eval_problems()] == h2
+    assert [p.prompt for p in ArithTask(horizon=3, eval_size=5).eval_problems()] == h3
+    exact = ArithTask(horizon=2, eval_size=5, max_problems=9000)
+    assert [p.prompt for p in exact.eval_problems()] == h2
+
+
+def test_max_problems_caps_the_problems_drawn() -> None:
+    """Below the count of distinct problems (9000 at horizon 2), ``max_problems`` is how many
+    there are, split between training and held-out."""
+    task = ArithTask(horizon=2, max_problems=8000, eval_size=10_000)
+    assert len(task.train_problems()) + len(task.eval_problems()) == 8000
+
+
+def test_an_arith_problem_in_full() -> None:
+    """A problem as a task built in this test has it (not as a module fixture built it: mutmut
+    credits only the test that built the fixture): its id, prompt, answer, and the worked
+    solution the warm start is trained on, each step ``a op b = c`` modulo 10 and left to right
+    (no operator precedence), ``;``-separated, then ``#`` and the answer."""
+    problems = ArithTask(horizon=3, eval_size=5).eval_problems()
+    assert problems[1] == TaskProblem(
+        id="6-3*2-7", prompt="6-3*2-7=", answer="9", solution="6-3=3;3*2=6;6-7=9;#9"
+    )
+
+
+def test_arith_horizons_from_1_to_the_maximum_and_nothing_else() -> None:
+    """Every integer horizon in [1, MAX_HORIZON] builds; a bool (an int to Python), 0 and
+    MAX_HORIZON + 1 are refused with the whole message."""
+    from benchmarks.tasks.arith import MAX_HORIZON
+
+    assert ArithTask(horizon=MAX_HORIZON, eval_size=1, max_problems=50).horizon == MAX_HORIZON
+    for bad in (True, 0, MAX_HORIZON + 1):
+        with pytest.raises(ValueError) as err:
+            ArithTask(horizon=bad)
+        assert str(err.value) == (
+            f"task.horizon={bad} is not allowed: use an integer in [1, {MAX_HORIZON}] "
+            "or a list of them (problems are drawn from every listed horizon)"
+        )
+
+
+def test_arith_defaults_are_the_documented_ones() -> None:
+    """Horizon 2 with 1000 held-out problems, and at most 20 000 problems per horizon (seen at
+    horizon 4, which has more: horizon 2 enumerates its 9000)."""
+    task = ArithTask()
+    assert (task.horizon, len(task.eval_problems())) == (2, 1000)
+    h4 = ArithTask(horizon=4, eval_size=10**6)
+    assert len(h4.train_problems()) + len(h4.eval_problems()) == 20_000
+
+
+def test_a_mixed_arith_task_trains_on_equal_shares_in_a_fixed_order() -> None:
+    """Without weights every horizon gets an equal share of ``max_problems`` training problems,
+    shuffled once with a fixed seed (recorded: the training order is part of what a seed draws,
+    so it must not change between runs or machines)."""
+    task = ArithTask(horizon=[1, 2], max_problems=20, eval_size=1)
+    train = task.train_problems()
+    ops = [sum(c in "+-*" for c in p.prompt) for p in train]
+    assert (len(train), ops.count(1), ops.count(2)) == (20, 10, 10)
+    assert [p.prompt for p in train[:6]] == [
+        "0-1+1=",
+        "8*8*5=",
+        "2+8+2=",
+        "8+4-0=",
+        "2+9=",
+        "0+2+5=",
+    ]
+
+
+def test_a_small_share_of_a_mixed_arith_task_still_gets_one_problem() -> None:
+    """A horizon whose share rounds to no problem still gets one (and only one): every listed
+    horizon is trained on."""
+    task = ArithTask(horizon=[1, 2], horizon_weights=[0.005, 0.995], max_problems=100, eval_size=1)
+    ops = [sum(c in "+-*" for c in p.prompt) for p in task.train_problems()]
+    assert (ops.count(1), ops.count(2)) == (1, 100)

@@ -29,8 +29,14 @@ from benchmarks.config import compose_config
 from benchmarks.tasks.base import TaskProblem
 from benchmarks.tasks.build import build_task
 from benchmarks.tasks.dataset_task import DatasetTask
-from benchmarks.tasks.datasets import DATASETS
-from testkit.paths import needs_data
+from benchmarks.tasks.datasets import (
+    DATASETS,
+    Problem,
+    load_dataset,
+    prompt_messages,
+)
+from benchmarks.tasks.grading import _DEBUG_PREFIX, DEBUG_ENV, GradeResult
+from testkit.paths import needs_data, require_data
 
 #: Rows per LaTeX (math-verify) dataset. The pool grades ~50 items a second on a loaded core and
 #: every gold of MATH-500, Minerva and OlympiadBench already goes through the bare grader in
@@ -229,3 +235,142 @@ def test_the_neighbour_rule_refuses_what_it_cannot_tell(
 ) -> None:
     """The rule the tests above rely on says "different" only where no grader could disagree."""
     assert _certainly_different(gold, wrong) is different
+
+
+# --- a DatasetTask built from its settings, and build_task (docs/mutation.md) -----------------
+
+
+@needs_data
+def test_a_dataset_tasks_grader_settings_reach_its_graders(monkeypatch) -> None:
+    """``task.grader_timeout_s`` is the deadline of the math-verify pool and
+    ``task.grader_workers`` its size; one batch of both kinds (MATH-500 under math-verify, GSM8K
+    under the integer grader) counts the timeouts and errors of every kind: an answer that takes
+    longer than the task's deadline (the debug hook sleeps 1.5 s, within the default 3 s) is a
+    timeout, one whose grading raises an error, each scored 0, the rest graded as usual."""
+    monkeypatch.setenv(DEBUG_ENV, "1")  # before the pool starts: the test-only hooks
+    task = DatasetTask(
+        name="math",
+        train_dataset="gsm8k_train",
+        eval_datasets=["math500"],
+        data_dir=str(require_data()),
+        eval_size=3,
+        train_size=1,
+        grader_timeout_s=0.4,
+        grader_workers=2,
+    )
+    try:
+        held, train = list(task.eval_problems()), list(task.train_problems())
+        result = task.grade(
+            [
+                _DEBUG_PREFIX + "sleep:1.5",  # within the default 3 s, past the task's 0.4 s
+                _DEBUG_PREFIX + "raise",
+                f"\\boxed{{{held[2].answer}}}",
+                f"#### {train[0].answer}",
+            ],
+            [*held, train[0]],
+        )
+        assert result == GradeResult(scores=[0.0, 0.0, 1.0, 1.0], timeouts=1, errors=1)
+        assert len(task._graders._graders["math_verify"]._worker_pids()) == 2
+    finally:
+        task.close()
+
+
+@needs_data
+def test_a_dataset_task_is_built_from_its_settings(monkeypatch) -> None:
+    """The task reads the named files from the given folder (not from ``$SPPO_BENCH_DATA``),
+    keeps the datasets' ids, takes ``train_size`` and ``eval_size`` first rows, evaluates on
+    the first of ``eval_datasets`` (the task's own name without them) and names its metrics
+    after it unless ``eval_name`` is set; the prompt template is ``plain`` by default."""
+    from benchmarks.tasks.datasets import render_prompt
+
+    monkeypatch.delenv("SPPO_BENCH_DATA", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a wrong folder fails at once, no download
+    task = DatasetTask(
+        name="math",
+        train_dataset="gsm8k_train",
+        eval_datasets=["aime24", "amc23"],
+        data_dir=str(require_data()),
+        eval_size=3,
+        train_size=2,
+    )
+    aime, gsm = (
+        load_dataset("aime24", data_dir=require_data()),
+        load_dataset("gsm8k_train", data_dir=require_data()),
+    )
+    assert (task.name, task.eval_name) == ("math", "aime24")
+    assert [(p.id, p.answer, p.grader) for p in task.eval_problems()] == [
+        (p.id, p.answer, "integer") for p in aime[:3]
+    ]
+    assert [p.id for p in task.train_problems()] == [p.id for p in gsm[:2]]
+    assert task.eval_problems()[0].prompt == render_prompt(aime[0], "plain")
+    task.close()
+    own = DatasetTask(name="aime25", data_dir=str(require_data()), eval_size=1, eval_name="held")
+    assert (own.eval_name, own.eval_problems()[0].id) == (
+        "held",
+        load_dataset("aime25", data_dir=require_data())[0].id,
+    )
+    own.close()
+
+
+def _jinja_tokenizer():
+    """A real transformers tokenizer with a Jinja chat template of its own."""
+    from benchmarks.training.modeling import build_char_tokenizer
+
+    tok = build_char_tokenizer("abc")
+    tok.chat_template = (
+        "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}[assistant] {% endif %}"
+    )
+    return tok
+
+
+def _in_jinja_format(problem: Problem, template: str) -> str:
+    return (
+        "".join(f"[{m['role']}] {m['content']}\n" for m in prompt_messages(problem, template))
+        + "[assistant] "
+    )
+
+
+@needs_data
+def test_a_chat_template_is_rendered_by_the_models_tokenizer() -> None:
+    """With a tokenizer the prompt is the model's own chat format, not the ChatML fallback."""
+    task = DatasetTask(
+        name="aime24",
+        data_dir=str(require_data()),
+        template="chat",
+        eval_size=1,
+        train_size=1,
+        tokenizer=_jinja_tokenizer(),
+    )
+    first = load_dataset("aime24", data_dir=require_data())[0]
+    assert task.eval_problems()[0].prompt == _in_jinja_format(first, "chat")
+    task.close()
+
+
+@needs_data
+def test_build_task_gives_a_dataset_config_its_name_and_the_models_tokenizer() -> None:
+    """``build_task`` on a composed real-dataset node (as the suite does): the task is named
+    after the config (its metrics and checkpoints are), and the model's tokenizer renders its
+    chat prompts."""
+    from benchmarks.config import compose_config
+    from benchmarks.tasks.build import build_task
+
+    cfg = compose_config(
+        [
+            "task=math",
+            "task.train_dataset=aime24",
+            "task.eval_datasets=[aime25]",
+            f"task.data_dir={require_data()}",
+            "task.train_size=1",
+            "task.eval_size=1",
+            "task.template=qwen_math_chat",
+        ]
+    )
+    task = build_task(cfg.task, tokenizer=_jinja_tokenizer())
+    try:
+        assert isinstance(task, DatasetTask)
+        assert (task.name, task.eval_name) == ("math", "aime25")
+        first = load_dataset("aime25", data_dir=require_data())[0]
+        assert task.eval_problems()[0].prompt == _in_jinja_format(first, "qwen_math_chat")
+    finally:
+        task.close()

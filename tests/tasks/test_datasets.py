@@ -16,10 +16,14 @@ from pathlib import Path
 import pytest
 
 from benchmarks.tasks.datasets import (
+    _ANSWER_TRANSFORMS,
     DATA_DIR_ENV,
     DATASETS,
     PROMPT_TEMPLATES,
+    DatasetSpec,
     Problem,
+    _read_hub,
+    _spec,
     load_dataset,
     prompt_messages,
     render_prompt,
@@ -259,3 +263,250 @@ def test_unknown_template_lists_valid_ones() -> None:
         render_prompt(PROBLEM, "alpaca")
     for name in PROMPT_TEMPLATES:
         assert name in str(info.value)
+
+
+# --- hub columns, specs, prompts, templates and errors in full (docs/mutation.md) -------------
+
+
+INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+
+
+@pytest.mark.parametrize(
+    ("transform", "value", "answer"),
+    [
+        # GSM8K solutions end in "#### <answer>"; the answer is after the last marker.
+        ("gsm8k_final", "3 + 4 = <<3+4=7>>7\n#### 1,234", "1234"),
+        ("gsm8k_final", "####72", "72"),
+        ("gsm8k_final", "a #### 5 then #### 7", "7"),
+        ("gsm8k_final", "no marker", ""),
+        # AIME/AMC store floats: 27.0 is 27, anything else is kept as written.
+        ("integer_float", 27.0, "27"),
+        ("integer_float", "-025", "-25"),
+        ("integer_float", 27.5, "27.5"),
+        ("integer_float", "x", "x"),
+        # OlympiadBench: the first of a list of answers, without its dollars.
+        ("first_no_dollars", ["$69$", "$70$"], "69"),
+        ("first_no_dollars", "$\\frac{1}{2}$", "\\frac{1}{2}"),
+        ("first_no_dollars", [], ""),
+        ("first_no_dollars", None, ""),
+        # MATH: the last box of the solution; none gives the empty answer (the row is skipped).
+        ("last_boxed", "So \\boxed{1} and then \\boxed{\\frac{3}{4}}.", "\\frac{3}{4}"),
+        ("last_boxed", "no box here", ""),
+        ("identity", "  \\pi  ", "\\pi"),
+    ],
+)
+def test_hub_answer_transforms(transform: str, value: object, answer: str) -> None:
+    """Each transform reproduces the normalisation of the local files (shared/data/README.md);
+    an empty result marks a row without an answer."""
+    assert _ANSWER_TRANSFORMS[transform](value) == answer
+
+
+def test_hub_rows_without_an_answer_are_skipped_not_the_end() -> None:
+    """A row whose answer is empty becomes a gap (``None``, counted and skipped later) and the
+    rows after it are still read; rows without an id column are numbered by their position."""
+    rows = [
+        {"question": "q0", "answer": "#### 1"},
+        {"question": "q1", "answer": "no marker"},
+        {"question": "q2", "answer": "#### 3"},
+    ]
+    seen: list[tuple] = []
+
+    def load_dataset_stand_in(hub_id: str, config: str | None, split: str) -> list[dict]:
+        seen.append((hub_id, config, split))
+        return rows
+
+    hub = types.SimpleNamespace(load_dataset=load_dataset_stand_in)
+    got = _read_hub(DATASETS["gsm8k"], hub)
+    assert got == [
+        Problem(id="gsm8k-0", question="q0", answer="1"),
+        None,
+        Problem(id="gsm8k-2", question="q2", answer="3"),
+    ]
+    assert seen == [("openai/gsm8k", "main", "test")]
+
+
+def test_a_spec_registers_under_its_own_name() -> None:
+    """The registry's entries are built by ``_spec`` (at import): positional and keyword fields
+    both reach the spec, and its key is the spec's name."""
+    name, spec = _spec("x", "x/test.jsonl", 3, "integer", hub_id="o/x", hub_split="test")
+    assert name == "x"
+    assert spec == DatasetSpec(
+        name="x", path="x/test.jsonl", rows=3, grader="integer", hub_id="o/x", hub_split="test"
+    )
+
+
+def test_unknown_dataset_message_lists_the_names_in_full() -> None:
+    """The message a user reads to fix ``task.name``: every valid name, sorted, comma-separated."""
+    with pytest.raises(ValueError) as info:
+        load_dataset("math5000")
+    assert str(info.value) == (
+        "unknown dataset 'math5000'; valid names: aime24, aime25, amc23, gsm8k, gsm8k_train, "
+        "math, math500, math_test, minerva, olympiadbench"
+    )
+
+
+def test_prompt_messages_of_every_template_in_full() -> None:
+    """The messages verl's parquet and chat templates receive: a text template is one user
+    message with the whole prompt, a chat template its system message (if any) then the user's."""
+    p = Problem(id="t", question="What is $1+1$?", answer="2")
+    assert prompt_messages(p, "plain") == [
+        {"role": "user", "content": f"Question: What is $1+1$?\n{INSTRUCTION}\nAnswer:"}
+    ]
+    assert prompt_messages(p, "qwen_math_chat") == [
+        {"role": "system", "content": INSTRUCTION},
+        {"role": "user", "content": "What is $1+1$?"},
+    ]
+
+
+def test_chatml_fallback_of_a_two_message_template_in_full() -> None:
+    """Without a tokenizer a chat template is rendered in ChatML, message after message."""
+    from benchmarks.tasks.datasets import render_prompt
+
+    p = Problem(id="t", question="What is $1+1$?", answer="2")
+    assert render_prompt(p, "qwen_math_chat") == (
+        f"<|im_start|>system\n{INSTRUCTION}<|im_end|>\n"
+        "<|im_start|>user\nWhat is $1+1$?<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+
+
+def test_template_errors_say_what_is_wrong() -> None:
+    """An unknown template lists the valid ones; a tokenizer whose chat template gives token ids
+    instead of text (one that ignores ``tokenize=False``) is named by what it returned."""
+    from benchmarks.tasks.datasets import render_prompt
+
+    p = Problem(id="t", question="q", answer="2")
+    with pytest.raises(ValueError) as info:
+        render_prompt(p, "alpaca")
+    assert str(info.value) == (
+        "unknown prompt template 'alpaca'; valid: chat, plain, qwen_math_chat"
+    )
+
+    class IdsTokenizer:  # stands in for a tokenizer that always tokenizes
+        def apply_chat_template(self, messages, tokenize, add_generation_prompt):
+            return [1, 2, 3]
+
+    with pytest.raises(TypeError) as info:
+        render_prompt(p, "chat", IdsTokenizer())
+    assert str(info.value) == "tokenizer.apply_chat_template returned list, expected str"
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ("{not json", "not valid JSON (Expecting property name enclosed in double quotes)"),
+        ("[1, 2]", "expected a JSON object, got list"),
+        ('"text"', "expected a JSON object, got str"),
+        ('{"id": "x"}', "missing field(s) ['problem', 'answer']"),
+        ('{"id": "x", "problem": " ", "answer": "3"}', "`problem` must be a non-empty string"),
+        ('{"id": "x", "problem": 7, "answer": "3"}', "`problem` must be a non-empty string"),
+        ('{"id": "x", "problem": "q", "answer": 3}', "`answer` must be a string, got 3"),
+    ],
+)
+def test_a_bad_row_is_reported_in_full(tmp_path, row: str, message: str) -> None:
+    """The message a user reads to fix a data file: the file, the line (blank lines counted),
+    and what is wrong with the row."""
+    path = tmp_path / "aime24" / "test.jsonl"
+    path.parent.mkdir()
+    path.write_text('{"id": "a", "problem": "1+1?", "answer": "2"}\n\n' + row + "\n")
+    with pytest.raises(ValueError) as info:
+        load_dataset("aime24", data_dir=tmp_path)
+    assert str(info.value) == f"{path}:3: {message}"
+
+
+def test_warnings_name_the_file_and_what_was_done(tmp_path, caplog, monkeypatch) -> None:
+    """Skipped rows are counted against the file they came from; a missing file is named
+    before the hub is tried."""
+    import logging
+
+    path = tmp_path / "aime24" / "test.jsonl"
+    path.parent.mkdir()
+    path.write_text(
+        '{"id": "a", "problem": "p", "answer": " "}\n{"id": "b", "problem": "q", "answer": "2"}\n'
+    )
+    with caplog.at_level(logging.WARNING, logger="benchmarks.tasks.datasets"):
+        assert [p.id for p in load_dataset("aime24", data_dir=tmp_path)] == ["b"]
+    assert caplog.messages == [f"{path}: skipped 1 row(s) with an empty answer"]
+    caplog.clear()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with caplog.at_level(logging.WARNING, logger="benchmarks.tasks.datasets"):
+        with pytest.raises(FileNotFoundError):
+            load_dataset("aime25", data_dir=tmp_path)
+    missing = tmp_path / "aime25" / "test.jsonl"
+    assert caplog.messages == [f"aime25: {missing} not found; trying the Hugging Face hub"]
+
+
+def test_a_missing_dataset_is_reported_in_full(tmp_path, monkeypatch) -> None:
+    """Where it looked, how to point at the data, and why the hub could not help: the config
+    (when the hub copy has one) and split, and whether the package is missing or the hub is
+    switched off."""
+    import sys
+
+    monkeypatch.delenv("SPPO_BENCH_DATA", raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setitem(sys.modules, "datasets", None)  # as without the optional package
+    how = "with `--data-dir DIR`, `task.data_dir=DIR` or the SPPO_BENCH_DATA environment variable"
+    with pytest.raises(FileNotFoundError) as info:
+        load_dataset("olympiadbench", data_dir=tmp_path)
+    assert str(info.value) == (
+        f"dataset 'olympiadbench': looked for a local file at "
+        f"{tmp_path / 'olympiadbench' / 'test.jsonl'}. Point at a directory holding "
+        f"olympiadbench/test.jsonl {how}. Hugging Face hub fallback 'Hothan/OlympiadBench' "
+        "(config 'OE_TO_maths_en_COMP'), split 'train': the optional `datasets` package is not "
+        "installed."
+    )
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(FileNotFoundError) as info:
+        load_dataset("aime24")
+    assert str(info.value) == (
+        "dataset 'aime24': looked for a local file at nowhere (no data dir given and "
+        f"$SPPO_BENCH_DATA unset). Point at a directory holding aime24/test.jsonl {how}. "
+        "Hugging Face hub fallback 'HuggingFaceH4/aime_2024', split 'train': HF_HUB_OFFLINE is "
+        "set."
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "offline"), [("1", True), ("True", True), ("YES", True), ("0", False), ("no", False)]
+)
+def test_hf_hub_offline_is_read_as_the_hub_reads_it(monkeypatch, value: str, offline: bool) -> None:
+    """``HF_HUB_OFFLINE`` switches the hub off in any spelling huggingface_hub accepts (1, true,
+    yes, any case), so a CI machine fails at once instead of after network retries."""
+    import sys
+
+    monkeypatch.delenv("SPPO_BENCH_DATA", raising=False)
+    monkeypatch.setitem(sys.modules, "datasets", None)
+    monkeypatch.setenv("HF_HUB_OFFLINE", value)
+    with pytest.raises(FileNotFoundError) as info:
+        load_dataset("aime24")
+    why = "HF_HUB_OFFLINE is set" if offline else "the optional `datasets` package is not installed"
+    assert str(info.value).endswith(f": {why}.")
+
+
+def test_the_hub_copy_is_limited_and_its_gaps_counted_like_a_file(monkeypatch, caplog) -> None:
+    """From the hub too, ``limit`` keeps the first rows with an answer and skipped rows are
+    counted against their source (the hub id). A stand-in for the ``datasets`` package serves
+    the rows: there is no network here."""
+    import logging
+    import sys
+
+    rows = [{"question": f"q{i}", "answer": a} for i, a in enumerate(["none", "#### 1", "#### 2"])]
+    hub = types.SimpleNamespace(load_dataset=lambda hub_id, config, split: rows)
+    monkeypatch.delenv("SPPO_BENCH_DATA", raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setitem(sys.modules, "datasets", hub)
+    with caplog.at_level(logging.WARNING, logger="benchmarks.tasks.datasets"):
+        got = load_dataset("gsm8k", limit=1)
+    assert got == [Problem(id="gsm8k-1", question="q1", answer="1")]
+    assert caplog.messages == ["hub:openai/gsm8k: skipped 1 row(s) with an empty answer"]
+
+
+def test_an_empty_data_dir_falls_back_to_the_environment(monkeypatch, tmp_path) -> None:
+    """``task.data_dir=""`` (an empty flag, an unset interpolation) means "not given": the
+    environment variable decides, and without it there is no local folder."""
+    from benchmarks.tasks.datasets import resolve_data_dir
+
+    monkeypatch.delenv("SPPO_BENCH_DATA", raising=False)
+    assert resolve_data_dir("") is None
+    monkeypatch.setenv("SPPO_BENCH_DATA", str(tmp_path))
+    assert resolve_data_dir("") == tmp_path

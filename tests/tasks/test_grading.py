@@ -17,8 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.tasks.datasets import DATASETS, load_dataset
-from benchmarks.tasks.grading import DEBUG_ENV, Grader, GradeResult, extract_answer
+from benchmarks.tasks.datasets import (
+    DATASETS,
+    load_dataset,
+)
+from benchmarks.tasks.grading import _DEBUG_PREFIX, DEBUG_ENV, Grader, GradeResult, extract_answer
 from testkit.paths import REPO, needs_data, require_data
 
 
@@ -407,3 +410,307 @@ def test_closed_grader_refuses() -> None:
     g.close()  # idempotent
     with pytest.raises(RuntimeError, match="closed"):
         g.grade(["1"], ["1"])
+
+
+# --- extraction edge cases, settings, the pool's workers and errors in full (docs/mutation.md) ---
+
+
+def test_integer_gold_answers_with_separators_and_signs() -> None:
+    """A gold written with thousands separators (``2,125``) is the integer it denotes, and the
+    sign counts: ``-7`` is not ``7``."""
+    with Grader("integer") as g:
+        result = g.grade(
+            ["\\boxed{2125}", "\\boxed{2,125}", "\\boxed{-7}", "\\boxed{7}", "\\boxed{-7}"],
+            ["2,125", "2,125.0", "7", "-7", "-7"],
+        )
+    assert result == GradeResult(scores=[1.0, 1.0, 0.0, 0.0, 1.0], timeouts=0, errors=0)
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("\\boxed{\\text{3 or 4}}", "3 or 4"),
+        ("\\boxed{\\$3 or \\$4}", "3 or  4"),
+        ("\\boxed{$3$ or $4$}", "3  or  4"),
+        ("\\boxed{3\\% or 4\\%}", "3  or 4"),
+        ("\\boxed{3% or 4%}", "3  or 4"),
+        ("\\boxed{90^\\circ or 45^{\\circ}}", "90 or 45"),
+        ("\\boxed{3 \\quad or\\, 4}", "3   or  4"),
+        ("#### 3 or 4.", "3 or 4"),  # the sentence's final period, not a decimal point
+        ("#### .5 or 4", ".5 or 4"),
+        ("#### 7 and 8 fit box X.", "7 and 8 fit box X"),
+    ],
+)
+def test_integer_extraction_cleans_what_it_cannot_reduce(text: str, shown: str) -> None:
+    """A box holding two numbers is not reduced to one of them (the grader scores it 0); the eval
+    tables show its text with the wrappers, units and spacing commands blanked out, as the
+    single-number case removes them."""
+    assert extract_answer(text, "integer") == shown
+
+
+@pytest.mark.parametrize(
+    ("text", "answer"),
+    [("\\boxed{2x = 10}", "10"), ("\\boxed{y = 2x = 10}", "10"), ("#### x=3", "3")],
+)
+def test_integer_extraction_reads_the_value_after_the_last_equals_sign(
+    text: str, answer: str
+) -> None:
+    """``2x = 10`` answers 10 (not its coefficient 2), also in a chain of equalities."""
+    assert extract_answer(text, "integer") == answer
+
+
+def test_a_number_with_a_trailing_fragment_is_not_read_as_its_prefix() -> None:
+    """``12.0.5`` (a version, a date, a typo) holds one well-formed number, ``12.0``, and a
+    leftover digit: it is shown whole and is not the integer 12."""
+    assert extract_answer("#### 12.0.5", "integer") == "12.0.5"
+    with Grader("integer") as g:
+        assert g.grade(["#### 12.0.5", "#### 12.0"], ["12", "12"]).scores == [0.0, 1.0]
+
+
+@pytest.mark.parametrize(
+    ("text", "answer"),
+    [
+        # Another command that starts with \fbox is not a box: the phrase answers.
+        ("set \\fboxsep=2pt, the answer is 4.", "4"),
+        # A box with nothing after it (a response cut at the length limit): no answer.
+        ("cut off at \\boxed  ", None),
+        ("\\boxed $5$", None),
+        ("\\boxed 5$.", "5"),  # MATH's brace-less form
+    ],
+)
+def test_boxed_extraction_of_brace_less_and_cut_boxes(text: str, answer: str | None) -> None:
+    """Only ``\\boxed``/``\\fbox`` followed by a brace or by spaces and a token is a box."""
+    assert extract_answer(text, "boxed") == answer
+
+
+@pytest.mark.parametrize(
+    ("text", "answer"),
+    [
+        ("The answer is $7.$", "7"),  # a period inside the dollars ends the sentence
+        ("The answer is $X$.", "X"),  # a variable named X is kept whole
+    ],
+)
+def test_boxed_extraction_from_the_answer_phrase(text: str, answer: str) -> None:
+    """Without a box, the phrase after "answer is", its dollars and final period stripped."""
+    assert extract_answer(text, "boxed") == answer
+
+
+@pytest.mark.parametrize(
+    ("text", "answer"),
+    [
+        ("\\boxed{\u22127}", "-7"),  # the Unicode minus sign is a minus
+        ("#### 1\n#### 2", "2"),  # the last marker
+        ("#### x = 5", "5"),  # the whole marker line, not its first word
+        ("#### 5\nstep 2\ndone", "5"),  # the marker's line only
+        ("####\n42", "42"),  # the answer on the line after the marker
+        ("####72", "72"),  # no space after the marker
+    ],
+)
+def test_integer_extraction_after_the_gsm8k_marker(text: str, answer: str) -> None:
+    """The answer of ``####`` is the first line of text after the last marker."""
+    assert extract_answer(text, "integer") == answer
+
+
+def test_a_closed_grader_refuses_to_travel_and_says_why() -> None:
+    """Sending a closed grader to a suite's worker is a bug in the caller; the error says so."""
+    import pickle
+
+    g = Grader("integer")
+    g.close()
+    with pytest.raises(RuntimeError) as info:
+        pickle.dumps(g)
+    assert str(info.value) == "a closed grader cannot be sent to another process"
+
+
+def test_a_grader_sent_to_another_process_keeps_its_settings() -> None:
+    """A suite's worker receives the task with its grader: the copy has the same kind, deadline,
+    pool size and limits (and starts a pool of its own there)."""
+    import pickle
+
+    with Grader("math_verify", timeout_s=0.7, workers=2, kill_grace_s=0.1, recycle_after=5) as g:
+        copy = pickle.loads(pickle.dumps(g))
+    keep = ("kind", "timeout_s", "workers", "kill_grace_s", "memory_limit_bytes")
+    keep += ("max_response_chars", "startup_timeout_s", "recycle_after")
+    assert {k: getattr(copy, k) for k in keep} == {k: getattr(g, k) for k in keep}
+    assert (copy.timeout_s, copy.workers, copy.recycle_after) == (0.7, 2, 5)
+    copy.close()
+
+
+def test_grader_defaults_and_its_workers_processes() -> None:
+    """A pool grader defaults to one worker and a 3 s deadline (the rest as documented); its
+    workers are spawned, not forked (a fork would copy the trainer's threads and memory), daemon
+    processes (they die with the trainer, never outliving a killed run), named so they can be
+    told apart."""
+    g = Grader("math_verify")
+    assert (g.timeout_s, g.workers, g.kill_grace_s, g.memory_limit_bytes) == (3.0, 1, 0.5, 2 << 30)
+    assert (g.max_response_chars, g.startup_timeout_s, g.recycle_after) == (32_768, 120.0, 50_000)
+    assert g._ctx.get_start_method() == "spawn"
+    with g:
+        g.start()
+        procs = [w.process for w in g._pool]
+        assert [(p.name, p.daemon) for p in procs] == [("sppo-bench-grader", True)]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"kind": "sympy"},
+            "unknown grader kind 'sympy'; valid: integer, math_verify, reasoning_gym",
+        ),
+        ({"timeout_s": 0.0}, "need timeout_s > 0 and kill_grace_s >= 0, got 0.0, 0.5"),
+        ({"kill_grace_s": -0.1}, "need timeout_s > 0 and kill_grace_s >= 0, got 3.0, -0.1"),
+        ({"workers": 0}, "workers must be >= 1, got 0"),
+        ({"recycle_after": 0}, "recycle_after must be >= 1 or None, got 0"),
+        ({"max_response_chars": 0}, "max_response_chars must be >= 1, got 0"),
+    ],
+)
+def test_grader_settings_out_of_range_are_refused_in_full(kwargs, message) -> None:
+    settings = {"kind": "math_verify", **kwargs}
+    with pytest.raises(ValueError) as err:
+        Grader(settings.pop("kind"), **settings)
+    assert str(err.value) == message
+
+
+def test_grader_settings_at_their_bounds_are_accepted() -> None:
+    """The smallest allowed values build a grader (no pool starts until it grades)."""
+    g = Grader("math_verify", timeout_s=0.01, kill_grace_s=0.0, recycle_after=1)
+    h = Grader("math_verify", max_response_chars=1, recycle_after=None)
+    assert (g.kill_grace_s, g.recycle_after, h.max_response_chars, h.recycle_after) == (
+        0.0,
+        1,
+        1,
+        None,
+    )
+    g.close()
+    h.close()
+
+
+def test_a_worker_that_died_idle_is_replaced_and_the_item_graded() -> None:
+    """A worker killed between batches (an OOM kill, say) fails the next send: the item goes
+    back to the queue, not lost or scored 0, and a new worker grades it."""
+    with Grader("math_verify") as g:
+        g.start()
+        (dead,) = g._pool
+        dead.process.kill()
+        dead.process.join()
+        result = g.grade(["so $\\boxed{3}$", "so $\\boxed{4}$"], ["3", "3"])
+        assert result == GradeResult(scores=[1.0, 0.0], timeouts=0, errors=0)
+        assert [w.process for w in g._pool] != [dead.process]
+
+
+@pytest.mark.parametrize(
+    ("hook", "settings", "counts", "warning"),
+    [
+        # past its deadline (timeout plus grace): killed, a timeout
+        (
+            "hang",
+            {"timeout_s": 0.3, "kill_grace_s": 0.2},
+            (1, 0),
+            "item 0 exceeded 0.5s, killing worker {pid}",
+        ),
+        # the worker dies on the item (the hook exits 70): an error
+        ("crash", {}, (0, 1), "worker {pid} died (exit code 70) on item 0"),
+    ],
+)
+def test_a_lost_item_s_warning_names_the_worker(
+    hook, settings, counts, warning, monkeypatch, caplog
+) -> None:
+    """An item lost to a hang or a dying worker scores 0, counted as a timeout or an error, and
+    the warning names the item and the worker process (its exit code when it died), so a user
+    can match it with the system's logs."""
+    monkeypatch.setenv(DEBUG_ENV, "1")  # before the pool starts: its worker honours the hook
+    with Grader("math_verify", **settings) as g:
+        g.start()
+        (w,) = g._pool
+        with caplog.at_level("WARNING", logger="benchmarks.tasks.grading"):
+            result = g.grade([_DEBUG_PREFIX + hook], ["1"])
+    assert result == GradeResult(scores=[0.0], timeouts=counts[0], errors=counts[1])
+    assert "grader: " + warning.format(pid=w.pid) in caplog.messages
+
+
+@pytest.mark.parametrize(
+    ("planted", "message"),
+    [
+        # an import that raises: the worker catches it and reports it (`fatal`)
+        (
+            "raise ImportError('planted: a broken install')",
+            "grader worker failed to start: ImportError: planted: a broken install",
+        ),
+        # an import that ends the process before it can report anything
+        ("import os\nos._exit(3)", "grader worker exited during start-up (exit code 3)"),
+    ],
+)
+def test_a_worker_that_cannot_start_fails_the_pool_with_why(
+    planted, message, tmp_path, monkeypatch
+) -> None:
+    """A worker whose start-up fails (math-verify broken, say) is not retried for ever nor
+    waited on until its start-up deadline: the pool raises at once with the worker's own reason,
+    or its exit code where it died without one, and keeps no dead worker. The defect is planted
+    as a real one would be: a broken ``math_verify`` first on the path the spawned worker
+    inherits from this process."""
+    (tmp_path / "math_verify.py").write_text(planted + "\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with Grader("math_verify", startup_timeout_s=60.0) as g:
+        with pytest.raises(RuntimeError) as err:
+            g.start()
+        assert str(err.value) == message
+        assert g._pool == []
+
+
+@pytest.mark.parametrize(
+    ("responses", "golds", "message"),
+    [
+        ([3], ["3"], "every response must be a str, got int"),
+        (["3"], [None], "every gold must be a str, got NoneType"),
+    ],
+)
+def test_non_string_input_is_refused_naming_the_field_and_type(responses, golds, message) -> None:
+    """Refused before any worker starts, naming which input and what it got."""
+    with Grader("math_verify") as g:
+        with pytest.raises(TypeError) as err:
+            g.grade(responses, golds)
+        assert str(err.value) == message
+        assert g._pool == []
+
+
+def test_a_closed_grader_says_so_in_full() -> None:
+    g = Grader("math_verify")
+    g.close()
+    with pytest.raises(RuntimeError) as err:
+        g.grade(["1"], ["1"])
+    assert str(err.value) == "Grader is closed"
+
+
+def test_a_worker_is_recycled_after_exactly_recycle_after_items() -> None:
+    """``recycle_after=2``: the worker that graded its second item is replaced, not the one
+    that graded its first (nor only after a third)."""
+    with Grader("math_verify", recycle_after=2) as g:
+        g.start()
+        first = g._worker_pids()
+        g.grade(["so $\\boxed{1}$"], ["1"])
+        assert g._worker_pids() == first
+        g.grade(["so $\\boxed{2}$"], ["2"])
+        g.start()  # the replacement has a pid once it is ready
+        second = g._worker_pids()
+        assert second != first
+        g.grade(["so $\\boxed{3}$"], ["3"])
+        assert g._worker_pids() == second
+
+
+def test_every_timeout_and_error_of_a_batch_is_counted_and_an_error_named(
+    monkeypatch, caplog
+) -> None:
+    """Two items past the soft deadline are two timeouts, two that raise two errors; each error's
+    warning names the item and the exception the worker caught."""
+    monkeypatch.setenv(DEBUG_ENV, "1")  # before the pool starts: its worker honours the hooks
+    sleep, fail = _DEBUG_PREFIX + "sleep:5", _DEBUG_PREFIX + "raise"
+    with Grader("math_verify", timeout_s=0.3) as g:
+        g.start()
+        with caplog.at_level("WARNING", logger="benchmarks.tasks.grading"):
+            result = g.grade([sleep, fail, sleep, fail, "$\\boxed{1}$"], ["1"] * 5)
+    assert result == GradeResult(scores=[0.0, 0.0, 0.0, 0.0, 1.0], timeouts=2, errors=2)
+    raised = [m for m in caplog.messages if " raised " in m]
+    assert raised == [
+        f"grader: item {i} raised RuntimeError: debug: requested failure" for i in (1, 3)
+    ]
