@@ -868,3 +868,152 @@ def test_a_summary_over_no_unit_or_one_is_nan_and_warns_nothing() -> None:
     assert float(one[0]) == 0.5
     assert float(one[1]) == pytest.approx(math.sqrt(0.5 * (0.1**2 + 0.1**2)), rel=1e-12)
     assert float(one[2]) == 1.0
+
+
+# --- the compute ratio on arrays: compute axes, the floor, censoring ---------------------------
+
+
+def test_the_ratio_reads_each_algorithm_on_its_own_compute_axis() -> None:
+    """Three runs (a batch) of one eval group, 10 items, evals at budget fractions 0.25 .. 1, b
+    ending at 0.5 (the target, its tail's mean). Run 0: a (compute 0, 0.5, 1, 2) crosses 0.5
+    halfway between 0.4 and 0.6, at 0.75, b (compute 0, 0.25, 0.5, 1) reaches it at 0.5: 1.5.
+    Run 1 (compute x4 for b, x8 for a): a is at the target from its first eval, at compute 0,
+    which counts at the run's smallest positive compute (1): 1 / 2. Run 2: a never reaches it,
+    censored at its own spent compute, 8 / 2 = 4 (a lower bound: the upper end infinite). The
+    evals' fractions only pick b's tail, relative to the largest."""
+    acc_b = [0.1, 0.3, 0.5, 0.5]
+    runs = [
+        ([0.2, 0.4, 0.6, 0.8], [0.0, 0.5, 1.0, 2.0], [0.0, 0.25, 0.5, 1.0]),
+        ([0.6, 0.6, 0.7, 0.8], [0.0, 2.0, 4.0, 8.0], [0.0, 1.0, 2.0, 4.0]),
+        ([0.1, 0.2, 0.3, 0.4], [0.0, 2.0, 4.0, 8.0], [0.0, 1.0, 2.0, 4.0]),
+    ]
+    s = np.zeros((3, 1, 1, 2, 1, 4, 1))  # (batch, start, seed, algorithm, group, eval, fold)
+    x = np.zeros((3, 1, 1, 2, 4))
+    for i, (acc_a, x_a, x_b) in enumerate(runs):
+        s[i, 0, 0, 0, 0, :, 0], s[i, 0, 0, 1, 0, :, 0] = (
+            np.multiply(acc_a, 10),
+            np.multiply(acc_b, 10),
+        )
+        x[i, 0, 0, 0], x[i, 0, 0, 1] = x_a, x_b
+    n = np.full(s.shape, 10.0)
+    fractions = np.array([0.25, 0.5, 0.75, 1.0])
+    iv = ratio_intervals(s, n, x, fractions)
+    np.testing.assert_allclose(iv.effect, [1.5, 0.5, 4.0], rtol=1e-12)
+    np.testing.assert_array_equal(iv.censored, [0, 0, 1])
+    assert np.isinf(iv.hi[2])
+    shorter = ratio_intervals(s, n, x, fractions * 0.8)  # evals ending at 0.8 of the budget
+    np.testing.assert_allclose(shorter.effect, iv.effect, rtol=1e-12)
+
+
+# --- the bootstrap alternative: ties at no effect, batches, a start without data -------------
+
+
+def test_the_bootstrap_counts_ties_at_zero_on_both_sides_and_batches() -> None:
+    """Replicates exactly at 0 count on both sides (p = 1, never above 1) when a and b score
+    alike; a batch computes each suite's shares alone (a suite where b is ahead throughout has
+    p = 0 beside it); a start without data is left out of each replicate's mean and warns
+    nothing."""
+    rng = np.random.default_rng(3)
+    n = np.full((5, 2, 4), 6.0)
+    sa = rng.binomial(6, 0.5, size=(5, 2, 4)).astype(float)
+    tied = linear_intervals(sa, sa, n, method="bootstrap", reps=200)
+    assert float(tied.p_value) == 1.0 and float(tied.effect) == 0.0
+    sb = np.minimum(sa + 3.0, 6.0)  # b ahead on every fold of every start
+    both = linear_intervals(np.stack([sa, sa]), np.stack([sa, sb]), np.stack([n, n]),
+                            method="bootstrap", reps=200)  # fmt: skip
+    np.testing.assert_array_equal(both.p_value, [1.0, 0.0])
+    gap = n.copy()
+    gap[2], sa_gap, sb_gap = 0.0, sa.copy(), sb.copy()
+    sa_gap[2], sb_gap[2] = 0.0, 0.0
+    with _no_warnings():
+        left = linear_intervals(sa_gap, sb_gap, gap, method="bootstrap", reps=400, seed=1)
+    kept = np.array([0, 1, 3, 4])
+    ref = linear_intervals(sa_gap[kept], sb_gap[kept], gap[kept], method="t")
+    assert float(left.effect) == pytest.approx(float(ref.effect), rel=1e-12)
+    assert np.isfinite(float(left.lo)) and float(left.hi) < 0
+
+
+# --- the estimate's fields and the item table's units -------------------------------------------
+
+
+def test_the_estimate_carries_its_confidence_and_the_level_its_estimand_reaches() -> None:
+    """At 0.9 the estimate records 0.9 and prints it as its level; at 0.95 over 3 starts the
+    horizon slope's level is the simulation's 0.97 and the area's 0.94 (not the final
+    difference's 0.95)."""
+    items = _groups({"h1": (0.8, 0.5), "h2": (0.6, 0.5), "h4": (0.5, 0.5)}, 10)
+    at90 = horizon_slope(items, "a", "b", confidence=0.9, folds=2)
+    assert (at90.confidence, at90.level) == (0.9, 0.9)
+    at95 = horizon_slope(items, "a", "b", folds=2)
+    assert (at95.confidence, at95.level) == (0.95, 0.97)
+    curves = _curves(
+        {(f"s{s}", s, algo): acc for s in (1, 2, 3) for algo, acc in (("a", B), ("b", B))}
+    )
+    assert area_difference(curves, "a", "b", folds=2).level == 0.94
+
+
+def _final_rows(rows: list[tuple]) -> pd.DataFrame:
+    """(start, seed, algorithm, dataset, item, correct) final-eval rows -> item table."""
+    return pd.DataFrame(
+        [(s, sd, al, ds, 1.0, it, 1.0, 1000.0, c) for s, sd, al, ds, it, c in rows],
+        columns=list(ITEM_COLUMNS),
+    )
+
+
+def test_final_arrays_average_a_start_s_seeds_item_by_item() -> None:
+    """A start's units are its items, each the mean over the seeds that scored it: start s1's
+    seed 2 has no score for item i1, so i1 is seed 1's alone (a 1, b 0) and i0 the mean of both
+    seeds (a 0.5, b 0.5): (1 + 0) / 2 = 0.5, where pooling every (seed, item) would give 1/3. A
+    dataset only a scored leaves the pairs (and the groups) it has none in."""
+    rows = [
+        ("s1", 1, "a", "d", "i0", 1.0), ("s1", 1, "b", "d", "i0", 0.0),
+        ("s1", 1, "a", "d", "i1", 1.0), ("s1", 1, "b", "d", "i1", 0.0),
+        ("s1", 2, "a", "d", "i0", 0.0), ("s1", 2, "b", "d", "i0", 1.0),
+        ("s2", 3, "a", "d", "i0", 1.0), ("s2", 3, "b", "d", "i0", 1.0),
+        ("s2", 3, "a", "d", "i1", 1.0), ("s2", 3, "b", "d", "i1", 1.0),
+    ]  # fmt: skip
+    items = _final_rows(rows)
+    est = final_difference(items, "a", "b", folds=1)
+    assert est.per_start == pytest.approx((0.5, 0.0), abs=1e-15)
+    only_a = _final_rows([*rows, ("s1", 1, "a", "e", "i0", 1.0), ("s2", 3, "a", "e", "i0", 0.0)])
+    assert final_difference(only_a, "a", "b", folds=1).per_start == est.per_start
+    one = final_difference(items[items["start"] == "s1"], "a", "b", folds=1)
+    assert one.conditional and one.n_starts == 1
+    assert one.per_start == pytest.approx((0.0,))  # its seeds as units: 1.0 and -1.0
+    assert one.df == 1.0  # two seeds as units: t with 1 degree of freedom
+    with pytest.raises(ValueError) as err:
+        final_difference(_final_rows([rows[0], rows[3]]), "a", "b", folds=1)
+    assert str(err.value) == "no item has a final eval of both 'a' and 'b'"
+
+
+def test_folds_zero_is_one_fold_and_a_lone_start_with_one_fold_has_no_item_df() -> None:
+    """``folds=0`` deals every item into one fold (as ``folds=1``); one start's seeds with one
+    fold have their t over seeds (df seeds - 1), and with no seeds to spare no degrees of
+    freedom from the items."""
+    items = _curves({("s1", 1, "a"): [0.2, 0.4, 0.6, 0.8], ("s1", 1, "b"): B,
+                     ("s2", 2, "a"): [0.3, 0.5, 0.6, 0.7], ("s2", 2, "b"): B})  # fmt: skip
+    for fn in (final_difference, area_difference):
+        zero, one = fn(items, "a", "b", folds=0), fn(items, "a", "b", folds=1)
+        assert (zero.effect, zero.se, zero.df) == (one.effect, one.se, one.df)
+    lone = final_difference(items[items["start"] == "s1"], "a", "b", folds=1)
+    assert lone.conditional and math.isnan(lone.df) and math.isnan(lone.se)
+
+
+def test_item_folds_follow_the_datasets_sorted_by_name_whatever_their_order_in_the_table() -> None:
+    """The folds are dealt dataset by dataset in name order from one seeded generator, so a
+    table listing dataset d2 before d1 gets the same folds, and the same interval, as one
+    listing d1 first. a's items are easy or hard alike in every start, so the items' shared
+    part, and with it the interval, depends on which items share a fold."""
+    rng = np.random.default_rng(5)
+    easy = {(ds, i): rng.random() < 0.5 for ds in ("d1", "d2") for i in range(8)}
+    rows = []
+    for ds in ("d2", "d1"):
+        for s in (1, 2, 3):
+            for i in range(8):
+                a_ok = easy[(ds, i)] or rng.random() < 0.2
+                rows.append((f"s{s}", s, "a", ds, f"i{i}", float(a_ok)))
+                rows.append((f"s{s}", s, "b", ds, f"i{i}", float(rng.random() < 0.4)))
+    items = _final_rows(rows)
+    flipped = items.iloc[::-1].reset_index(drop=True)
+    for fn in (final_difference, area_difference):  # the area reads the table's own order
+        one, two = fn(items, "a", "b", folds=4), fn(flipped, "a", "b", folds=4)
+        assert (one.se, one.df) == pytest.approx((two.se, two.df), rel=1e-12)
