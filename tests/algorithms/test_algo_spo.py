@@ -416,6 +416,7 @@ def _run(ckpt_dir: str, faults: str | None = None) -> subprocess.CompletedProces
     )
 
 
+@pytest.mark.slow  # two training runs in subprocesses, one killed: ~35 s
 def test_a_killed_and_resumed_run_ends_with_the_uninterrupted_tracker(tmp_path):
     """SIGKILL after step 5 (the last checkpoint is step 4's), then the same command resumes:
     the tracker at the end (every prompt's alpha, beta and drift mark, the drift total) is

@@ -14,6 +14,7 @@ from benchmarks.cli import main
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
+@pytest.mark.slow  # the quick bench in full: ~1 min
 def test_quick_bench_writes_a_complete_table(tmp_path, capsys):
     out = tmp_path / "bench"
     assert main(["bench", "--quick", "--repeats", "1", "--out", str(out)]) == 0

@@ -214,6 +214,7 @@ def test_off_policy_updates_keep_the_old_log_prob_pass(tok):
 # --- asynchronous MLflow logging ---------------------------------------------------------------
 
 
+@pytest.mark.slow  # a whole run with async metrics: ~14 s
 def test_async_metrics_are_all_stored_when_the_run_ends(tmp_path):
     from mlflow.tracking import MlflowClient
 

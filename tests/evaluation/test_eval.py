@@ -82,6 +82,7 @@ def _check_metrics_are_the_rows(rows: list[dict], m: dict, task: str, n: int, k:
         assert m[M.eval_metric(task, pass_at_name(j))] == pytest.approx(exact, abs=tol), j
 
 
+@pytest.mark.slow  # the eval CLI in a subprocess: ~10 s each
 def test_cli_arith_metrics_table_and_greedy_agreement(tiny_model, store, tmp_path, capsys):
     code = main(
         [
@@ -162,6 +163,7 @@ def _zero_answers_first(dst: Path) -> list[str]:
     return [rows[i]["id"] for i in order]
 
 
+@pytest.mark.slow  # a math-verify pool on MATH-500: ~8 s
 @needs_data
 def test_math500_through_the_math_verify_pool(tiny_model, store, tmp_path):
     """MATH-500 through the math-verify process pool: each logged row, re-graded on its own by a

@@ -126,6 +126,7 @@ def test_another_engine_is_used_for_avg_at_k_as_given(tok, asked):
     assert all(call[0] is trainer.engine for call in asked)
 
 
+@pytest.mark.slow  # a run with sampled evals: ~9 s
 def test_avg_at_k_is_logged_at_its_step_under_its_fraction(tok, tmp_path):
     """On a real MLflow store: the sampled evaluation's metrics at the step it ran, its sample
     table per evaluation point (``f0.5``, ``final``) holding ``eval_samples_logged`` problems

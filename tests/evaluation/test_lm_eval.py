@@ -57,6 +57,7 @@ def _greedy(rows: dict, col: str) -> list:
     return [v for v, kind in zip(rows[col], rows["kind"], strict=True) if kind == "greedy"]
 
 
+@pytest.mark.slow  # lm-eval beside the native engine on real data: ~30 s
 @pytest.mark.parametrize("task", ["math500", "arith"])
 def test_greedy_agrees_with_the_native_engine(both_routes, task):
     native, lm = both_routes
@@ -100,6 +101,7 @@ def test_task_manager_indexes_every_yaml():
     assert {lm_eval_task_name(t) for t in supported_tasks()} <= set(tm.all_tasks)
 
 
+@pytest.mark.slow  # the CLI with lm-eval: ~9 s
 def test_cli_lm_eval_flag(tiny_model, tmp_path):  # noqa: F811
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     code = main(

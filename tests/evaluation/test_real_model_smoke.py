@@ -15,6 +15,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
@@ -69,6 +70,7 @@ def _table(client: MlflowClient, run_id: str, name: str, dst: Path) -> list[dict
     return [dict(zip(blob["columns"], row, strict=True)) for row in blob["data"]]
 
 
+@pytest.mark.slow  # an HF checkpoint on GSM8K: ~13 s
 @needs_data
 def test_hf_checkpoint_on_gsm8k(tmp_path: Path) -> None:
     golds = [p.answer for p in load_dataset("gsm8k", data_dir=require_data(), limit=EVAL_SIZE)]

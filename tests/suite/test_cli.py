@@ -80,6 +80,7 @@ def test_sweep_overrides_may_follow_the_options():
     assert a.overrides == ["budget.limit=256", "seeds=1"]
 
 
+@pytest.mark.slow  # a default suite run in a subprocess: ~2 min on 2 loaded cores
 def test_the_default_suite_imports_no_optional_engine(tmp_path):
     """`make run` installs only the core dependencies: the default path (a suite to its report)
     must not import verl, TRL, lm-eval or vLLM."""

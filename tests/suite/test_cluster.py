@@ -26,6 +26,8 @@ from testkit.paths import REPO
 from testkit.services import free_port, ray_cluster, remove_node
 from testkit.suites import MICRO
 
+pytestmark = pytest.mark.slow  # Ray clusters: left out of make test-fast
+
 #: Ray notices a dead node after this many missed health checks of this period (defaults: 5 of
 #: 3 s), so a test's removed node is retried elsewhere within seconds.
 FAST_FAILURE_DETECTION = {"health_check_period_ms": 500, "health_check_failure_threshold": 3}

@@ -42,6 +42,7 @@ for r in range(runs):
 """
 
 
+@pytest.mark.slow  # four suite processes on one store: ~1.5 min
 def test_four_processes_lose_no_run_metric_or_trial(tmp_path):
     import optuna
     from mlflow.tracking import MlflowClient
@@ -101,6 +102,7 @@ def _hold_lock(db, seconds: float) -> threading.Timer:
     return timer
 
 
+@pytest.mark.slow  # a store lock held for seconds: ~9 s
 def test_metrics_wait_out_a_held_lock(tmp_path):
     """A metric logged while another process holds the store's lock lands once, not lost or
     doubled (MLflow's SQLite busy timeout is 20 s; retry_locked covers longer locks)."""

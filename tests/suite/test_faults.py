@@ -53,6 +53,7 @@ def _children(client, parent_id):
     return {r.data.tags[M.TAG_ALGORITHM]: r for r in runs}
 
 
+@pytest.mark.slow  # runs until k NaN steps: ~50 s
 def test_nan_loss_is_skipped_and_k_nan_steps_fail_cleanly(tmp_path, monkeypatch, capsys):
     """One NaN step (grpo): skipped, counted, the run finishes. NaN from step 1 on (sppo): the run
     fails after max_consecutive_skips, FAILED with the reason, and the suite goes on (ppo)."""
@@ -116,6 +117,7 @@ def test_full_disk_and_unwritable_store_fail_at_start(tmp_path, capsys):
     assert "not writable" in err
 
 
+@pytest.mark.slow  # a grader pool that hangs and raises: ~12 s
 def test_hanging_and_raising_grader_are_counted_and_the_step_completes(tok, monkeypatch):
     """A real math-verify worker pool: one response hangs its worker (killed and replaced), one
     raises; the training step completes and both show in the step's grader counters."""

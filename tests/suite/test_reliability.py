@@ -128,6 +128,7 @@ def _kill_points(twin) -> list[tuple[str, int, str]]:
 KILL_SEEDS = [int(x) for x in os.environ.get("SPPO_BENCH_KILL_SEEDS", "9").split(",")]
 
 
+@pytest.mark.slow  # a killed suite resumed and its uninterrupted twin: ~2.5 min
 @pytest.mark.parametrize("seed", KILL_SEEDS)
 def test_kill_9_then_resume_equals_uninterrupted_twin(root, twin, seed):
     alg, step, where = random.Random(seed).choice(_kill_points(twin))

@@ -21,6 +21,8 @@ from testkit.paths import REPO
 from testkit.services import create_database, free_port, postgres_server, ray_cluster
 from testkit.suites import MICRO
 
+pytestmark = pytest.mark.slow  # Ray clusters and a PostgreSQL server: left out of make test-fast
+
 BUDGET = ["budget.limit=64", "budget.eval_fractions=[0.0,0.5,1.0]"]
 LR = {"type": "float", "low": 3e-5, "high": 3e-4, "log": True}
 

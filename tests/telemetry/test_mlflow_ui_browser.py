@@ -29,6 +29,8 @@ from benchmarks.telemetry.tracking import (
     ui_runs_url,
 )
 
+pytestmark = pytest.mark.slow  # a headless browser on the MLflow UI: left out of make test-fast
+
 #: Whole test budget for rendering one page: dumps with a growing virtual-time budget.
 RENDER_DEADLINE_S = 75.0
 VIRTUAL_TIME_MS = (5_000, 10_000, 20_000, 40_000)
