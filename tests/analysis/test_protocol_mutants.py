@@ -814,14 +814,18 @@ def test_the_isotonic_fit_and_the_crossing_warn_nothing_on_their_own() -> None:
     quiet, not only inside the estimators that call it."""
     from analysis.claims.protocol import _crossing, _isotonic
 
-    y = np.array([[0.2, 0.1, 0.4, 0.4], [0.0, 0.0, 0.0, 0.0]])
+    y = np.array(
+        [[0.2, 0.1, 0.4, 0.4], [0.0, 0.0, 0.0, 0.0], [0.5, 0.6, 0.7, 0.8], [0.2, 0.6, 0.7, 0.8]]
+    )
     with _no_warnings():
         fit = _isotonic(y)
         cross = _crossing(
-            fit, np.array([1.0, 2.0, 3.0, 4.0]) * np.ones((2, 1)), np.array([0.4, 0.0])
+            fit, np.array([1.0, 2.0, 3.0, 4.0]) * np.ones((4, 1)), np.array([0.4, 0.0, 0.4, 0.4])
         )
-    np.testing.assert_allclose(fit, [[0.15, 0.15, 0.4, 0.4], [0.0, 0.0, 0.0, 0.0]], rtol=1e-12)
-    np.testing.assert_array_equal(cross, [3.0, 1.0])
+    np.testing.assert_allclose(fit[:2], [[0.15, 0.15, 0.4, 0.4], [0.0, 0.0, 0.0, 0.0]], rtol=1e-12)
+    np.testing.assert_allclose(fit[2:], y[2:], rtol=1e-12)  # increasing: itself
+    # above the target from the first eval: that eval; between the first two: interpolated
+    np.testing.assert_allclose(cross, [3.0, 1.0, 1.0, 1.5], rtol=1e-12)
 
 
 @pytest.mark.parametrize(
@@ -976,6 +980,12 @@ def test_final_arrays_average_a_start_s_seeds_item_by_item() -> None:
     assert est.per_start == pytest.approx((0.5, 0.0), abs=1e-15)
     only_a = _final_rows([*rows, ("s1", 1, "a", "e", "i0", 1.0), ("s2", 3, "a", "e", "i0", 0.0)])
     assert final_difference(only_a, "a", "b", folds=1).per_start == est.per_start
+    # the slope's horizons are those of the groups both scored (h9: a only)
+    groups = _groups({"h1": (0.8, 0.5), "h2": (0.6, 0.5), "h4": (0.5, 0.5)}, 10)
+    extra = groups[groups["dataset"] == "h4"].assign(dataset="h9", horizon=9.0)
+    extra = extra[extra["algorithm"] == "a"]
+    slope = horizon_slope(pd.concat([groups, extra], ignore_index=True), "a", "b", folds=2)
+    assert slope.per_start == horizon_slope(groups, "a", "b", folds=2).per_start
     one = final_difference(items[items["start"] == "s1"], "a", "b", folds=1)
     assert one.conditional and one.n_starts == 1
     assert one.per_start == pytest.approx((0.0,))  # its seeds as units: 1.0 and -1.0
