@@ -15,7 +15,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_BIN := $(VLLM_VENV)/bin
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: install install-core install-vllm run results-docs test test-main test-vllm bench lint format clean
+.PHONY: install install-core install-vllm run results-docs test test-main test-fast test-vllm bench lint format clean
 
 $(CORE_STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -55,6 +55,15 @@ test: test-main test-vllm
 
 test-main: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# The local loop, under 5 minutes on 2 cores: the tests not marked `slow` (pyproject.toml's
+# markers: those that train or resume suites, start a Ray cluster, PostgreSQL or a browser, or ask
+# for the session's micro suite), and not the tests/analysis files below, whose tests build suites
+# or run coverage simulations (to be marked in place). CI (.ci/run) runs `make test`: everything.
+ANALYSIS_SLOW := items results board_coverage coverage curves campaign_suites pages claims_config \
+	analysis report notebooks
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow" $(ANALYSIS_SLOW:%=--ignore=tests/analysis/test_%.py)
 
 # The vLLM engine for real on the CPU (tests/vllm_tests, which the main run does not collect).
 test-vllm: $(VLLM_STAMP)

@@ -56,6 +56,15 @@ def tok():
     return build_char_tokenizer(ArithTask.alphabet)
 
 
+def pytest_collection_modifyitems(items):
+    """A test that asks for :func:`micro_suite` is ``slow``: the first one to ask trains the four
+    algorithms (about 1.5 minutes on 2 loaded cores), so ``make test-fast`` leaves them all out
+    and ``make test`` runs them. Marked here, beside the fixture, rather than in each file."""
+    for item in items:
+        if "micro_suite" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def micro_suite(tmp_path_factory):
     """Run the four default algorithms once at a micro budget; yields (result, config)."""
