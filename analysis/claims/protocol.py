@@ -305,7 +305,7 @@ def _fold_of(sub: pd.DataFrame, folds: int, seed: int) -> tuple[pd.Series, int]:
     number of folds: items of each dataset dealt round-robin after a seeded shuffle."""
     rng = np.random.default_rng(seed)
     per = sub.groupby("dataset", sort=True)["item"].unique()
-    k = min(folds, min(len(v) for v in per)) if len(per) else 0
+    k = min(folds, min(len(v) for v in per))  # the callers refuse a table without items
     fold = {}
     for ds, ids in per.items():
         ids = np.sort(ids.astype(str))
@@ -832,6 +832,8 @@ def _curve_arrays(
 ) -> _Curves:
     sub = _select(items, a, b, datasets)
     sub = sub[sub["correct"].notna()]
+    if sub.empty:
+        raise ValueError(f"no item of {a!r} or {b!r} has a score; {estimand} needs their curves")
     fold, k = _fold_of(sub, folds, seed)
     st, starts = _codes(sub["start"])
     sd, seeds = _codes(sub["seed"])

@@ -1027,3 +1027,11 @@ def test_item_folds_follow_the_datasets_sorted_by_name_whatever_their_order_in_t
     for fn in (final_difference, area_difference):  # the area reads the table's own order
         one, two = fn(items, "a", "b", folds=4), fn(flipped, "a", "b", folds=4)
         assert (one.se, one.df) == pytest.approx((two.se, two.df), rel=1e-12)
+
+
+def test_curves_without_a_scored_item_are_refused_by_name() -> None:
+    items = _curves({("s1", 1, "a"): B, ("s1", 1, "b"): B}).assign(correct=np.nan)
+    for fn, name in ((area_difference, "area_difference"), (compute_ratio, "compute_ratio")):
+        with pytest.raises(ValueError) as err:
+            fn(items, "a", "b")
+        assert str(err.value) == f"no item of 'a' or 'b' has a score; {name} needs their curves"
