@@ -4,10 +4,9 @@ The shared example: 2 groups x 3 samples, 3 tokens, ids deliberately unsorted an
 non-contiguous. Group 7 = samples 0, 2, 4 with R = [1, 0, 0]; group 3 = samples 1, 3, 5 with
 R = [1, 1, 1] (all equal). Rows are right-padded to different lengths.
 
-The exact-value tests at the end pin what mutation testing found loose (docs/mutation.md): float64
-inputs that keep their dtype end to end, outputs on the ``meta`` device the inputs are on (an
-accelerator's stand-in), the documented special cases on the inputs where they differ from the
-general formula, and every error message in full.
+The exact-value tests at the end pin what mutation testing found loose (docs/mutation.md): a
+group of one, GAE over one token, DAPO's shaping and filter in float64, ReMax's baseline cast to
+the rewards' dtype, outputs on the rewards' device, and every error message in full.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ import torch
 from algorithms import get_algorithm
 from algorithms.ppo import gae
 from testkit.messages import assert_raises_exactly, message_cases
-from testkit.tensors import F64, INF, assert_on_meta, f64, meta, meta_mask
+from testkit.tensors import F64, IDS_CPU, INF, assert_on_meta, f64, meta, meta_mask
 
 NAN = float("nan")
 IDS = torch.tensor([7, 3, 7, 3, 7, 3])
@@ -375,7 +374,6 @@ ADVANTAGE_ERRORS = [
     ),
 ]
 
-IDS_CPU = torch.tensor([0, 0, 1])  # group ids may stay on the CPU beside accelerator rewards
 META_CALLS = {
     "dapo.filter_groups": lambda: get_algorithm("dapo").filter_groups(meta(3), IDS_CPU),
     "grpo.advantages": lambda: get_algorithm("grpo").advantages(meta(3), meta_mask(3, 4), IDS_CPU),
@@ -386,8 +384,8 @@ META_CALLS = {
 
 @pytest.mark.parametrize("name", list(META_CALLS))
 def test_outputs_stay_on_the_inputs_device(name):
-    """``meta`` stands in for an accelerator: like CUDA it refuses a non-scalar CPU tensor in
-    an operation on its tensors (0-dim CPU tensors are scalars to both)."""
+    """Advantages, filters and GAE on ``meta`` rewards (an accelerator's stand-in) with group
+    ids left on the CPU: every output on the rewards' device."""
     assert_on_meta(META_CALLS[name]())
 
 

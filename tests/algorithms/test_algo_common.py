@@ -1,9 +1,9 @@
 """Hand-computed cases and loop-versus-vectorised checks for algorithms.common.
 
-The exact-value tests at the end pin what mutation testing found loose (docs/mutation.md): float64
-inputs that keep their dtype end to end, outputs on the ``meta`` device the inputs are on (an
-accelerator's stand-in), the documented special cases on the inputs where they differ from the
-general formula, and every error message in full."""
+The exact-value tests at the end pin what mutation testing found loose (docs/mutation.md): the
+documented special cases where they differ from the general formula (fewer than two valid
+elements, a group of one, the log-ratio clamps, the dual clip's edge), float64 results kept in
+float64, outputs on the inputs' device, and every error message in full."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from algorithms.common import (
     zero_masked,
 )
 from testkit.messages import assert_raises_exactly, message_cases
-from testkit.tensors import F64, INF, assert_on_meta, f64, meta, meta_mask
+from testkit.tensors import F64, IDS_CPU, INF, assert_on_meta, f64, meta, meta_mask
 
 NAN = float("nan")
 
@@ -413,7 +413,6 @@ def test_error_message_in_full(call, kind, message):
     assert_raises_exactly(call, kind, message)
 
 
-IDS_CPU = torch.tensor([0, 0, 1])  # group ids may stay on the CPU beside accelerator rewards
 META_CALLS = {
     "group_mean_std": lambda: group_mean_std(meta(3), IDS_CPU),
     "outcome_at_last_token": lambda: outcome_at_last_token(meta(3), meta_mask(3, 4)),
@@ -422,6 +421,7 @@ META_CALLS = {
 
 @pytest.mark.parametrize("name", list(META_CALLS))
 def test_outputs_stay_on_the_inputs_device(name):
-    """``meta`` stands in for an accelerator: like CUDA it refuses a non-scalar CPU tensor in
-    an operation on its tensors (0-dim CPU tensors are scalars to both)."""
+    """Group statistics and the outcome's token placement on ``meta`` inputs: every output on
+    their device (0-dim CPU tensors are scalars to both CUDA and ``meta``, so only those may
+    be made on the CPU)."""
     assert_on_meta(META_CALLS[name]())

@@ -1,10 +1,10 @@
 """Hand-computed policy and value losses of the built-in algorithms with their default configs,
 and the one policy loss every algorithm shares (check, surrogate, aggregate, KL).
 
-The exact-value tests at the end pin what mutation testing found loose (docs/mutation.md): float64
-inputs that keep their dtype end to end, outputs on the ``meta`` device the inputs are on (an
-accelerator's stand-in), the documented special cases on the inputs where they differ from the
-general formula, and every error message in full."""
+The exact-value tests at the end pin what mutation testing found loose (docs/mutation.md): value
+clipping on its low side, explained variance over valid tokens only, a zero KL weight beside an
+infinite KL, losses in the critic's dtype and metrics on its device, and every error message in
+full."""
 
 from __future__ import annotations
 

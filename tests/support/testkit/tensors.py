@@ -16,6 +16,8 @@ F64 = torch.float64
 INF = math.inf
 NAN = math.nan
 META = torch.device("meta")
+#: Group ids left on the CPU: they may stay there beside an accelerator's rewards.
+IDS_CPU = torch.tensor([0, 0, 1])
 
 
 def f64(x) -> torch.Tensor:
