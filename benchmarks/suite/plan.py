@@ -186,7 +186,7 @@ def validate(cfg: Any) -> SuitePlan:
         tracking_key=tracking_key,
         experiment=str(cfg.tracking.experiment),
         suite_name=str(cfg.suite.name),
-        report=bool(cfg.suite.get("report", True)),
+        report=config_value("suite.report", cfg.suite.get("report", True), bool),
         claims=claims,
         output_dir=Path(str(cfg.output_dir)),
         cache_dir=None if not cfg.get("cache_dir") else str(cfg.cache_dir),
@@ -407,10 +407,28 @@ def _claims(cfg: Any, algorithms: Mapping[str, Algorithm], task: Task) -> list[C
     return claims
 
 
+#: ``warmstart``'s plain settings: (annotation, bounds) each, checked with the config kit (the
+#: values reach the warm start as given; a wrong one would fail or mislead mid-build).
+_WARMSTART_SETTINGS: dict[str, tuple[Any, dict[str, float]]] = {
+    "enabled": (bool, {}),
+    "batch_size": (int, {"ge": 1}),
+    "facts_fraction": (float, {"ge": 0, "le": 1}),
+    "lr": (float, {"gt": 0}),
+    "stop_accuracy": (float | None, {"gt": 0, "le": 1}),
+    "eval_every": (int, {"ge": 1}),
+    "val_size": (int, {"ge": 1}),
+    "difficulty_prompts": (int | None, {"ge": 0}),
+    "difficulty_samples": (int | None, {"ge": 0}),
+}
+
+
 def _check_warmstart(cfg: Any) -> None:
-    """``warmstart``: its phases, its target, ``per_seed`` and ``threads``."""
+    """``warmstart``: its plain settings, its phases, its target, ``per_seed`` and ``threads``."""
     from benchmarks.training.warmstart import parse_phases, parse_target
 
+    for key, (tp, bounds) in _WARMSTART_SETTINGS.items():
+        if key in cfg.warmstart:
+            config_value(f"warmstart.{key}", cfg.warmstart[key], tp, **bounds)
     try:
         parse_phases(as_dict(cfg.warmstart)["phases"])
         parse_target(as_dict(cfg.warmstart))
