@@ -7,7 +7,6 @@ the layout of the code before the trainer had a state dict still loads.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import io
 import random
@@ -17,14 +16,12 @@ import pytest
 import torch
 
 from algorithms import get_algorithm
-from benchmarks.engines.torch_engine import TorchEngine
 from benchmarks.telemetry import metrics as M
 from benchmarks.telemetry.meter import Budget
 from benchmarks.telemetry.tracking import NullTracker
 from benchmarks.training.checkpoint import Checkpointer
-from benchmarks.training.config import TrainerConfig
 from benchmarks.training.trainer import RLTrainer
-from testkit.trainers import SPS, FirstDigitTask
+from testkit.trainers import SPS, FirstDigitTask, make_trainer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -65,23 +62,17 @@ def task():
 
 def make(name, start, tok, task, *, tracker=None, checkpointer=None, precision="fp32"):
     params, cfg = ALGORITHMS[name]
-    alg = get_algorithm(name, **params)
-    reference = copy.deepcopy(start).eval().requires_grad_(False) if alg.uses_reference else None
-    return RLTrainer(
-        algorithm=alg,
-        policy=copy.deepcopy(start),
-        tokenizer=tok,
-        task=task,
-        engine_factory=lambda m: TorchEngine(m, tok, precision=precision),
-        budget=Budget(kind="samples", limit=6 * SPS, eval_fractions=(0.0, 0.5, 1.0)),
-        config=TrainerConfig(samples_per_step=SPS, max_new_tokens=10, eval_samples_logged=4, **cfg),
+    return make_trainer(
+        get_algorithm(name, **params),
+        start,
+        tok,
+        task,
+        Budget(kind="samples", limit=6 * SPS, eval_fractions=(0.0, 0.5, 1.0)),
         seed=3,
-        prompt_seed=3,
-        tracker=tracker if tracker is not None else NullTracker(),
-        reference=reference,
-        critic_base=start,
+        tracker=tracker,
         checkpointer=checkpointer,
         precision=precision,
+        **cfg,
     )
 
 

@@ -59,6 +59,7 @@ def make_trainer(
     *,
     seed: int = 0,
     tracker: Any = None,
+    checkpointer: Any = None,
     precision: str = "fp32",
     **cfg: Any,
 ) -> RLTrainer:
@@ -81,6 +82,7 @@ def make_trainer(
         tracker=tracker if tracker is not None else NullTracker(),
         reference=reference,
         critic_base=start,
+        checkpointer=checkpointer,
         precision=precision,
     )
 
