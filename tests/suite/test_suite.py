@@ -306,6 +306,7 @@ def test_table_artifacts_and_plot(micro_suite):
     assert "config.yaml" in parent_files and "figures" in parent_files
 
 
+@pytest.mark.slow  # a micro suite with sampled evals: ~40 s
 def test_sampled_eval_at_checkpoints(tmp_path):
     """``trainer.eval_k`` adds avg@k / pass@k at budget checkpoints through `sppo-bench eval`'s code."""
     from benchmarks.config import compose_config

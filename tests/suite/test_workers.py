@@ -128,6 +128,7 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+@pytest.mark.slow  # a two-worker suite killed mid-run: ~80 s
 def test_killing_the_suite_kills_its_workers(tmp_path):
     """``kill -9`` of a suite must not leave workers writing its runs (``resume=auto`` would
     then continue runs that are still being written)."""
@@ -183,6 +184,7 @@ def _zombie(pid: int) -> bool:
         return True
 
 
+@pytest.mark.slow  # spawned workers, one failing: ~30 s
 def test_an_error_in_a_worker_reaches_the_user_as_its_message(tmp_path, monkeypatch, capsys):
     """A worker's start-up fails (a plugin that raises only in a spawned process): the user reads
     that exception's message, not ``BrokenProcessPool`` and not a traceback."""

@@ -187,6 +187,7 @@ def test_parallel_sweep_two_workers_with_a_failing_trial(tmp_path, base, caplog)
     assert any(accs[-1] != accs[0] for accs in complete), complete
 
 
+@pytest.mark.slow  # two sweep invocations of micro trials: ~50 s
 def test_resume_ends_with_exactly_the_requested_trials(tmp_path, base, monkeypatch):
     """Run 1 trial, leave one queued grid point RUNNING as a killed sweep would, then --resume to
     3 in all: the interrupted trial is marked FAIL, counts as no trial, and its point runs again,
@@ -241,6 +242,7 @@ def test_resume_ends_with_exactly_the_requested_trials(tmp_path, base, monkeypat
     assert table[2].count("actor_lr=") == 4  # three points and the selected one
 
 
+@pytest.mark.slow  # a sweep resumed on a wider grid: ~30 s
 def test_resume_runs_only_the_points_a_spec_adds_to_its_grid(tmp_path, base):
     """A queued grid extended downward in the spec (its range widened, one more point, one more
     trial) and resumed runs the new point alone: the two old points are neither queued again nor
@@ -262,6 +264,7 @@ def test_resume_runs_only_the_points_a_spec_adds_to_its_grid(tmp_path, base):
     assert result.importances == {"grid": "no parameter has the same range in every complete trial"}
 
 
+@pytest.mark.slow  # micro trials until one is pruned: ~30 s
 def test_median_pruner_stops_a_collapsing_learning_rate(tmp_path, base):
     """Two good learning rates complete; actor lr 1e-2 collapses the policy after one step and is
     pruned before spending its full budget. (No critic warm-up: the actor moves from step 0.)"""
@@ -350,6 +353,7 @@ def test_bad_spec_fails_before_any_trial_naming_the_field(tmp_path, base, change
     assert not (tmp_path / "optuna.db").exists() and not (tmp_path / "mlflow.db").exists()
 
 
+@pytest.mark.slow  # each shipped spec's plan validated in full: ~10 s each, 9 specs
 @pytest.mark.parametrize(
     "name",
     [
