@@ -49,7 +49,7 @@ from .leaderboard import (
     studentized_interval,
     t_interval,
 )
-from .simulate import _draw_start
+from .simulate import draw_start
 
 __all__ = [
     "BoardDesign",
@@ -93,7 +93,7 @@ DESIGNS: tuple[BoardDesign, ...] = (
 def _draw(design: BoardDesign, rng: np.random.Generator, n: int, starts: int) -> np.ndarray:
     """n boards of (A, S) scores."""
     mu = design.centre + np.asarray(design.offsets)
-    u = design.start_sd * _draw_start(design.start_dist, rng, (n, 1, starts))
+    u = design.start_sd * draw_start(design.start_dist, rng, (n, 1, starts))
     v = design.own_sd * rng.standard_normal((n, len(mu), starts))
     return special.expit(mu[None, :, None] + u + v)
 
@@ -102,7 +102,7 @@ def board_truth(design: BoardDesign, draws: int = 400_000, seed: int = 12345) ->
     """Each algorithm's true mean, IQM, rank and P(> reference)."""
     rng = np.random.default_rng(seed)
     mu = design.centre + np.asarray(design.offsets)
-    x = design.start_sd * _draw_start(design.start_dist, rng, draws) + design.own_sd * (
+    x = design.start_sd * draw_start(design.start_dist, rng, draws) + design.own_sd * (
         rng.standard_normal(draws)
     )
     y = special.expit(mu[:, None] + x[None, :])  # the same draws for every algorithm

@@ -65,6 +65,7 @@ __all__ = [
     "area_table",
     "critic_gate_pass_rates",
     "critic_gate_table",
+    "draw_start",
     "evaluate",
     "null_design",
     "simulate_items",
@@ -127,7 +128,10 @@ def _standard(dist: str, u: np.ndarray) -> np.ndarray:
     return (stats.lognorm.ppf(u, np.sqrt(s2)) - mean) / np.sqrt(var)
 
 
-def _draw_start(dist: str, rng: np.random.Generator, size) -> np.ndarray:
+def draw_start(dist: str, rng: np.random.Generator, size: int | tuple[int, ...]) -> np.ndarray:
+    """Start effects of mean 0 and variance 1 from the named distribution (normal, gamma,
+    lognormal): the skew a simulated design gives its starts; the leaderboard's simulation
+    (:mod:`analysis.board_coverage`) draws its starts the same way."""
     return _standard(dist, rng.random(size))
 
 
@@ -230,7 +234,7 @@ def _simulate(design: Design, n_suites: int, rng: np.random.Generator, curves: b
     """Scores of a and b: (B, S, R, G, I) at the final eval, or (B, S, R, G, I, E) with
     ``curves``, and the evals' budget fractions."""
     b, s, r, g, i = n_suites, design.n_starts, design.n_seeds, len(design.horizons), design.items
-    z = _draw_start(design.start_dist, rng, (b, s, 1, 1, 1))
+    z = draw_start(design.start_dist, rng, (b, s, 1, 1, 1))
     u = design.offset_sd * rng.standard_normal((b, s, 1, 1, 1))
     q = _group_means(design)[:, None] + design.difficulty_sd * rng.standard_normal((b, 1, 1, g, i))
     c = design.alg_item_sd * rng.standard_normal((2, b, 1, 1, g, i))
