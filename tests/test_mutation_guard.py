@@ -116,6 +116,7 @@ def test_the_allowance_is_ten_times_the_measured_cpu_time(tmp_path, test, passes
     assert ("MutantHang" in out.stdout) != passes
 
 
+@pytest.mark.slow  # the guard's sleep, measured: ~5 s each
 @pytest.mark.parametrize("mutant", [None, "", "stats"])
 def test_the_guard_sleeps_outside_a_mutant(tmp_path, mutant):
     """mutmut's stats and clean runs (and any run outside mutmut) are unguarded:

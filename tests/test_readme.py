@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from testkit.paths import REPO
 
 
@@ -27,6 +29,7 @@ def test_quickstart_targets_exist():
     assert "make test" in ci and "make install" in ci
 
 
+@pytest.mark.slow  # a user algorithm through a micro suite: ~13 s
 def test_user_algorithm_runs_through_the_harness(tmp_path, monkeypatch):
     """The README's route for a new algorithm: a registered module + a YAML; no harness change."""
     import sys

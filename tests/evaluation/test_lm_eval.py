@@ -72,11 +72,13 @@ def test_greedy_agrees_with_the_native_engine(both_routes, task):
     assert b.errors == 0
 
 
+@pytest.mark.slow  # both routes' lm-eval runs (module fixture): ~50 s
 def test_arith_accuracy_is_not_trivially_zero(both_routes):
     native, _ = both_routes
     assert native["arith"].accuracy > 0.0
 
 
+@pytest.mark.slow  # both routes' lm-eval runs (module fixture): ~50 s
 @pytest.mark.parametrize("task", ["math500", "arith"])
 def test_sampled_metrics_match_lm_eval_aggregates(both_routes, task):
     """k samples through lm-eval (`repeats` + `take_first_k`): our formulas over its samples give

@@ -3,6 +3,8 @@ place of ``trainer.critic_*`` for that algorithm only."""
 
 from __future__ import annotations
 
+import pytest
+
 from benchmarks.config import compose_config
 from benchmarks.suite.plan import validate
 
@@ -11,6 +13,7 @@ def _trainers(*overrides: str) -> dict:
     return validate(compose_config(["algorithm=[sppo,ppo,grpo]", *overrides])).trainer
 
 
+@pytest.mark.slow  # a suite's plan composed and validated: ~5-7 s
 def test_an_algorithms_own_critic_settings_win_for_it_alone():
     t = _trainers(
         "trainer.critic_epochs=4",
@@ -26,6 +29,7 @@ def test_an_algorithms_own_critic_settings_win_for_it_alone():
     assert t["grpo"].critic_epochs == 4  # no critic: trainer's value, unused
 
 
+@pytest.mark.slow  # a suite's plan composed and validated: ~5-7 s
 def test_a_suites_tuned_values_replace_the_files_defaults_and_the_command_line_wins():
     """``tuned.<algorithm>``: a suite's own values for the algorithms it runs; an algorithm the
     suite tuned but the run does not select stays out; ``algorithm.<name>.<key>=`` still wins."""

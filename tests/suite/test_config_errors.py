@@ -144,6 +144,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow  # the CLI in a subprocess per config: ~4-10 s each
 @pytest.mark.parametrize(("overrides", "fragments"), CASES, ids=[" ".join(c[0]) for c in CASES])
 def test_malformed_config_fails_before_compute(overrides, fragments, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a missing data file must not try the hub (as CI)
@@ -224,6 +225,7 @@ STORE_CASES = [
 ]
 
 
+@pytest.mark.slow  # the CLI in a subprocess per config: ~4-10 s each
 @pytest.mark.parametrize(("uri", "fragments"), STORE_CASES, ids=[c[0] for c in STORE_CASES])
 def test_unusable_store_fails_at_start(uri, fragments, tmp_path, capsys, not_mlflow):
     (tmp_path / "notadb.db").write_text("not sqlite")

@@ -219,6 +219,7 @@ def test_a_chain_of_kills_resumes_grpo_ppo_and_dapo_from_their_checkpoints(root,
     assert not any((resumed.output_dir / "checkpoints").rglob("*.pt"))  # removed once FINISHED
 
 
+@pytest.mark.slow  # reads the uninterrupted twin suite (module fixture, ~40 s) and resumes: ~1 min
 def test_resume_auto_finds_only_unfinished_invocations_of_the_same_config(root, twin):
     from benchmarks.suite.plan import validate
     from benchmarks.training.checkpoint import config_hash, find_resumable
@@ -240,6 +241,7 @@ def test_resume_auto_finds_only_unfinished_invocations_of_the_same_config(root, 
         client.update_run(twin.parent_run_id, status="FINISHED")
 
 
+@pytest.mark.slow  # reads the uninterrupted twin suite (module fixture, ~40 s) and resumes: ~1 min
 def test_a_worker_killed_mid_run_then_resume_equals_the_twin(root, twin):
     """With ``jobs=2`` the kill hits one worker (grpo at step 2, while saving its checkpoint):
     the suite stops, the other worker's run is cut wherever it was, and ``resume=auto`` (in one

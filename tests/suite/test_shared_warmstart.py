@@ -64,6 +64,7 @@ def test_a_shared_warm_start_is_built_once_and_every_seed_starts_from_it(tmp_pat
     assert own.warmstart["1"]["path"] != shared.warmstart["0"]["path"]  # seed 1's own start
 
 
+@pytest.mark.slow  # every shipped suite's plan: ~7 s
 def test_which_suites_share_their_warm_start():
     """The default suite fits its time budget with one warm start; the claims suites (a verdict
     replicates over starts) and the horizon suite pair their runs by seed over a start each."""

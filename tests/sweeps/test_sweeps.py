@@ -503,6 +503,7 @@ def _screen(tmp_path, base, rule: dict, runs: list) -> optuna.trial.FrozenTrial:
     return done
 
 
+@pytest.mark.slow  # micro trials per case: ~7 s each
 @pytest.mark.parametrize(
     ("runs", "per_start", "weakest", "admissible"),
     [
@@ -542,6 +543,7 @@ def test_admissibility_reads_the_weakest_start(
         assert done.constraints == {metric: pytest.approx(0.3 - weakest, abs=1e-15)}
 
 
+@pytest.mark.slow  # micro trials per case: ~7 s each
 @pytest.mark.parametrize(
     ("runs", "per_start", "admissible"),
     [

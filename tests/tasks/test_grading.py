@@ -166,6 +166,7 @@ def test_math_verify_equivalences(mv: Grader) -> None:
     assert mv.grade([], []) == GradeResult(scores=[], timeouts=0, errors=0)
 
 
+@pytest.mark.slow  # a LaTeX dataset's golds through math-verify: ~6 s each
 @needs_data
 @pytest.mark.parametrize(
     ("name", "sample"),
@@ -188,6 +189,7 @@ def test_math500_reference_solutions_are_correct(mv: Grader) -> None:
     assert sum(result.scores) == 500
 
 
+@pytest.mark.slow  # MATH-500 through math-verify: ~4 s
 @needs_data
 def test_math500_wrong_neighbour_scores_zero(mv: Grader) -> None:
     problems = load_dataset("math500", data_dir=require_data())
@@ -208,6 +210,7 @@ def debug_grader(monkeypatch: pytest.MonkeyPatch) -> Iterator[Grader]:
         yield grader
 
 
+@pytest.mark.slow  # a pool whose workers time out and crash: ~4 s
 def test_timeouts_and_crashes_are_counted_exactly(debug_grader: Grader) -> None:
     g = debug_grader
     g.start()
@@ -330,6 +333,7 @@ def quick() -> Iterator[Grader]:
         yield grader
 
 
+@pytest.mark.slow  # hostile outputs through the math-verify pool: ~10 s
 def test_hostile_outputs(quick: Grader, tmp_path: Path) -> None:
     """Every nasty string scores 0 within the deadline plus a margin, without side effects, and
     the pool serves normally afterwards."""

@@ -162,6 +162,7 @@ def test_the_scorer_runs_in_the_grader_sandbox(chain_sum):
     assert pids and all(pid is not None for pid in pids)  # a worker process graded it
 
 
+@pytest.mark.slow  # a suite's worker process: ~7 s
 def test_the_task_reaches_a_suites_worker_process_and_grades_there(chain_sum):
     """A suite's workers receive the plan, task included, by pickling (spawn): the grader goes as
     its settings and starts a sandbox of its own in the new process."""

@@ -56,6 +56,7 @@ def test_a_pool_larger_than_the_training_set_or_on_verl_fails_before_any_compute
         validate(cfg)
 
 
+@pytest.mark.slow  # the claims suites' starts planned: ~5 s
 def test_claims_spo_reuses_the_claims_starts_and_pools_512_prompts():
     claims = validate(compose_config(["suite=claims"]))
     spo = validate(compose_config(["suite=claims_spo"]))

@@ -124,6 +124,7 @@ def _scramble_global_rngs() -> None:
 HELDOUT = ("critic/calibration_", "critic/heldout_", "critic/first_value_")
 
 
+@pytest.mark.slow  # two trainers per case, resumed mid-run: ~4-6 s each
 @pytest.mark.parametrize(
     ("name", "precision"),
     [(name, "fp32") for name in ALGORITHMS]

@@ -235,6 +235,7 @@ def test_prompt_value_loss_is_bce_at_the_last_prompt_token():
 # --- the plugin through verl's entry-point loading -------------------------------------------
 
 
+@pytest.mark.slow  # import verl in a subprocess: ~15 s
 def test_plugin_loads_through_the_verl_plugins_entry_point(tmp_path):
     """A fresh interpreter where the only route in is the ``verl.plugins`` entry point (a
     dist-info on sys.path declaring it, as ``pip install`` writes): ``import verl`` registers

@@ -13,6 +13,8 @@ from __future__ import annotations
 import sys
 import textwrap
 
+import pytest
+
 from testkit.paths import REPO, require_module
 
 require_module("verl")  # the `verl` extra; under CI its absence fails
@@ -47,6 +49,7 @@ STANDIN = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a verl launch logged as child runs: ~25 s
 def test_launch_logs_verl_runs_as_children_and_maps_their_metrics(tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 

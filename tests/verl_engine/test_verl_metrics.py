@@ -155,6 +155,7 @@ def _store(tmp_path, history):
     return client, run_id
 
 
+@pytest.mark.slow  # verl runs mapped into MLflow: ~5 s each
 @pytest.mark.parametrize(
     ("greedy", "charged"),
     [(False, 184.0), (True, 184.0 + 4 * P)],  # DAPO; as if ReMax's baseline were decoded too
@@ -191,6 +192,7 @@ def test_map_verl_run_logs_the_mapped_series_into_the_run(tmp_path, greedy, char
     assert stored(M.TRAIN_SCORE_MEAN) == [(1, 0.9)]
 
 
+@pytest.mark.slow  # a long verl run logged to MLflow: ~7 s
 def test_a_long_run_is_logged_whole(tmp_path):
     """More mapped points than one MLflow batch (1000) holds: every one is stored, once."""
     steps = range(1, 301)

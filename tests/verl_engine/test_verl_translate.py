@@ -25,6 +25,8 @@ require_module("verl")  # the `verl` extra; under CI its absence fails
 
 from benchmarks.verl_engine.translate import NO_DUAL_CLIP, SPPO_TRAINER_MODE  # noqa: E402
 
+pytestmark = pytest.mark.slow  # verl's config built and a dry run printed (module fixtures): ~40 s
+
 # rloo takes grpo's route (a built-in estimator; its math is checked in test_verl_engine.py);
 # spo is refused before launch (tests/verl_engine/test_verl_adapter.py)
 ALGORITHMS = [
