@@ -2,21 +2,15 @@
 
 ``sppo-bench sweep sweeps/lr_per_algorithm.yaml --workers 2`` tunes each algorithm with the same
 number of trials; :func:`run_sweep` is the same from code. See :mod:`sweeps.runner` for the
-choices made (a study per algorithm, exact trial counts, resume) and :mod:`sweeps.spec` for the
-spec format.
+choices made (a study per algorithm, exact trial counts, resume) and the modules it composes,
+and :mod:`sweeps.spec` for the spec format.
 """
 
-from sweeps.runner import (
-    TAG_STUDY,
-    TAG_TRIAL,
-    TAG_TRIAL_STATE,
-    BestTrial,
-    MlflowTrialCallback,
-    SweepResult,
-    objective_value,
-    run_sweep,
-)
+from sweeps.objective import objective_value
+from sweeps.runner import run_sweep
 from sweeps.spec import ParamSpec, SpecError, SweepSpec, check_spec, load_spec, parse_spec
+from sweeps.summary import BestTrial, SweepResult
+from sweeps.tracking import TAG_STUDY, TAG_TRIAL, TAG_TRIAL_STATE, MlflowTrialCallback
 
 __all__ = [
     "TAG_STUDY",

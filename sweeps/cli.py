@@ -14,10 +14,15 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from sweeps.runner import SweepResult
+from mlflow.tracking import MlflowClient
+from rich.console import Console
+from rich.table import Table
+
+from benchmarks.telemetry.tracking import ui_runs_url
+from sweeps.runner import run_sweep
+from sweeps.spec import SpecError, load_spec
+from sweeps.summary import SweepResult
 
 __all__ = ["main"]
 
@@ -54,9 +59,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     """Entry point of ``sppo-bench sweep``; returns the exit status."""
-    from sweeps.runner import run_sweep
-    from sweeps.spec import SpecError, load_spec
-
     # Intermixed: Hydra overrides may stand before or after the options.
     args = _parser().parse_intermixed_args(argv)
     try:
@@ -81,9 +83,6 @@ def main(argv: list[str]) -> int:
 
 def _print(result: SweepResult) -> None:
     """The best-trial and importance tables, and where the results are."""
-    from rich.console import Console
-    from rich.table import Table
-
     console = Console(width=None if sys.stdout.isatty() else 120)
     table = Table(
         title=f"sweep {result.name}: best trial per algorithm "
@@ -125,12 +124,8 @@ def _print(result: SweepResult) -> None:
         f"sweep run {result.parent_run_id})"
     )
     console.print(f"open it:   mlflow ui --backend-store-uri {result.tracking_uri}", soft_wrap=True)
-    from benchmarks.telemetry.tracking import ui_runs_url
-
     exp_id = None
     try:  # SweepResult names the experiment; its id is one cheap look-up away
-        from mlflow.tracking import MlflowClient
-
         exp = MlflowClient(result.tracking_uri).get_experiment_by_name(result.experiment)
         exp_id = None if exp is None else exp.experiment_id
     except Exception as e:  # printing must not fail a finished sweep

@@ -10,7 +10,14 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import optuna
+from mlflow.tracking import MlflowClient
+
 from analysis.tuning import SCHEMA_VERSION
+from benchmarks.telemetry import metrics as M
+from sweeps.spec import load_spec
+from sweeps.storage import spec_dict
+from sweeps.summary import best_trials, trial_rows
 
 __all__ = ["export_tuning"]
 
@@ -33,12 +40,6 @@ def export_tuning(
     guessed; ``machine`` (``--here``) records this machine when the runs carry none. The file is
     written whole or not at all (temporary file, then rename).
     """
-    import optuna
-
-    from benchmarks.telemetry import metrics as M
-    from sweeps.runner import best_trials, spec_dict, trial_rows
-    from sweeps.spec import load_spec
-
     spec = load_spec(spec_name)
     name = study_name or Path(spec_name).stem
     studies = {}
@@ -54,8 +55,6 @@ def export_tuning(
     commits: set[str] = set()
     machines: set[str] = set()
     if tracking_uri is not None:
-        from mlflow.tracking import MlflowClient
-
         client = MlflowClient(tracking_uri)
         for study, _ in studies.values():
             for t in study.get_trials(deepcopy=False):

@@ -22,7 +22,7 @@ import sys
 import optuna
 from mlflow.tracking import MlflowClient
 from benchmarks.telemetry.tracking import MlflowTracker, prepare_store
-from sweeps.runner import make_storage
+from sweeps.storage import make_storage
 
 uri, storage = sys.argv[1], sys.argv[2]
 wid, runs, steps, keys = (int(a) for a in sys.argv[3:7])
@@ -48,7 +48,7 @@ def test_four_processes_lose_no_run_metric_or_trial(tmp_path):
     from mlflow.tracking import MlflowClient
 
     from benchmarks.telemetry.tracking import prepare_store
-    from sweeps.runner import make_storage
+    from sweeps.storage import make_storage
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"

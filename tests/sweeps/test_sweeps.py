@@ -145,7 +145,7 @@ def test_parallel_sweep_two_workers_with_a_failing_trial(tmp_path, base, caplog)
         name="par",
     )
     stores = _stores(tmp_path)
-    with caplog.at_level("WARNING", logger="sweeps.runner"):
+    with caplog.at_level("WARNING", logger="sweeps.execution"):
         result = run_sweep(spec, workers=2, **stores)
     assert "could not build the warm start" not in caplog.text
 
@@ -193,7 +193,7 @@ def test_resume_ends_with_exactly_the_requested_trials(tmp_path, base, monkeypat
     3 in all: the interrupted trial is marked FAIL, counts as no trial, and its point runs again,
     so a sweep killed at a session's end loses no point of its grid. (The left trial is seconds
     old: no new-trial grace here, or it would count as another process's.)"""
-    monkeypatch.setattr("sweeps.runner.NEW_TRIAL_S", 0.0)
+    monkeypatch.setattr("sweeps.storage.NEW_TRIAL_S", 0.0)
     spec_path = tmp_path / "resume.yaml"
     spec_path.write_text(yaml.safe_dump(_spec(base)))
     stores = _stores(tmp_path)
@@ -480,7 +480,7 @@ def _screen(tmp_path, base, rule: dict, runs: list) -> optuna.trial.FrozenTrial:
     """The trial ``_check_admissible`` records for ``runs`` ((start, {step: value} or None: the
     metric never logged), one per run) under the ``admissible`` rule ``{"sppo": rule}``: real
     MLflow runs with their start tags, a real Optuna trial."""
-    from sweeps.runner import _Context, _Objective
+    from sweeps.objective import Objective, TrialContext
 
     spec = parse_spec(_spec(base, starts=2, admissible={"sppo": rule}))
     (metric,) = rule
@@ -494,10 +494,10 @@ def _screen(tmp_path, base, rule: dict, runs: list) -> optuna.trial.FrozenTrial:
             client.log_metric(run.info.run_id, metric, value, step=step)
         client.set_terminated(run.info.run_id)
         ids.append(run.info.run_id)
-    ctx = _Context(spec, stores["storage"], stores["tracking_uri"], exp, "", ())
+    ctx = TrialContext(spec, stores["storage"], stores["tracking_uri"], exp, "", ())
     study = optuna.create_study(storage=stores["storage"], study_name="admissible")
     trial = study.ask()
-    _Objective(ctx, "admissible", "sppo")._check_admissible(trial, "sppo", ids)
+    Objective(ctx, "admissible", "sppo")._check_admissible(trial, "sppo", ids)
     study.tell(trial, 0.5)
     (done,) = study.trials
     return done
