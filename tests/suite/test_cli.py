@@ -18,7 +18,7 @@ from benchmarks.cli import main
         (["trainer.nonsense=1"], ["trainer.nonsense"]),
         (["algorithm=[sppo,nosuch]"], ["algorithm=nosuch", "no such option", "sppo", "grpo"]),
         (["budget=nosuch"], ["budget=nosuch", "no such option", "samples", "flops"]),
-        (["budget.limit=-5"], ["budget.limit=-5.0", "> 0"]),
+        (["budget.limit=-5"], ["budget.limit=-5 ", "> 0"]),
         (["budget.kind=joules"], ["budget.kind", "joules", "rollout_tokens"]),
         (["algorithm.grpo.params.group_size=1"], ["group_size", ">= 2"]),
         (["algorithm.grpo.critic_lr=1e-4"], ["algorithm.grpo.critic_lr", "null"]),
