@@ -182,6 +182,7 @@ def test_latex_datasets_gold_vs_gold(mv: Grader, name: str, sample: int | None) 
     assert (result.timeouts, result.errors) == (0, 0)
 
 
+@pytest.mark.slow  # all 500 MATH-500 solutions through math-verify: ~4 s
 @needs_data
 def test_math500_reference_solutions_are_correct(mv: Grader) -> None:
     rows = _raw_rows("math500")

@@ -139,6 +139,7 @@ def test_a_target_not_reached_ends_the_chain_phase_at_its_cap(tmp_path):
     assert (info["chain_steps"], info["steps"]) == (7, 9)
 
 
+@pytest.mark.slow  # the claims suites' plans composed: ~5 s
 def test_the_claims_suites_end_their_chain_phase_on_a_target_and_the_default_does_not():
     from benchmarks.config import compose_config
     from benchmarks.suite.plan import validate

@@ -198,6 +198,7 @@ def test_reward_scores_gold_answers_one_and_wrong_answers_zero(exported):
 # --- metric mapping --------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # verl runs read back beside native ones: ~7 s
 def test_verl_runs_read_like_native_runs(tmp_path):
     """verl's names (as its MLflow adapter stores them) -> the suite's schema -> analysis."""
     from mlflow.entities import Metric
