@@ -10,10 +10,10 @@ the mean over its RL seeds there, and every interval is over starts, paired by s
 compares algorithms. Each interval is the one whose coverage held in simulation
 (:mod:`analysis.board_coverage`, results/simulation/leaderboard_coverage.json):
 
-* final and area: the studentized bootstrap over starts. Per-start accuracies near the ceiling
-  or over skewed starts are skewed, and over 5-10 starts both Student's t and the percentile
-  bootstrap this table printed before fall short of their level there. Cut to [0, 1]: over 5
-  starts a resampled standard error near 0 can stretch it past the data.
+* final and area: the studentized bootstrap over starts from 8 starts on, Student's t below
+  (where the bootstrap-t has too few distinct resamples), cut to [0, 1]. Per-start accuracies
+  near the ceiling or over skewed starts are skewed, and over 10 starts both Student's t and the
+  percentile bootstrap this table printed before fall short of their level there.
 * IQM: the percentile bootstrap over starts (a trimmed mean has no simple standard error); the
   page prints the coverage it reached.
 * rank: the set of ranks compatible with simultaneous paired t intervals of every difference
@@ -51,6 +51,7 @@ from ._common import ACCURACY, BUDGET_FRACTION, algorithm_colors, order_algorith
 __all__ = [
     "CONTROLS",
     "LEADERBOARD_INTERVAL",
+    "MIN_STUDENTIZED_STARTS",
     "board_intervals",
     "bootstrap_intervals",
     "improvement_interval",
@@ -72,7 +73,8 @@ CONTROLS: dict[str, str] = {
 }
 #: How the leaderboard's intervals are made, printed with the table.
 LEADERBOARD_INTERVAL = (
-    "95% intervals over starts: final and area a studentized bootstrap, IQM a percentile "
+    "95% intervals over starts: final and area a studentized bootstrap (Student's t below 8 "
+    "starts), IQM a percentile "
     "bootstrap, rank the set compatible with simultaneous paired t intervals (Bonferroni), "
     "P(> ref) Clopper–Pearson"
 )
@@ -164,20 +166,28 @@ def t_interval(values: np.ndarray, level: float = 0.95) -> Interval:
     return mean, mean - half, mean + half
 
 
+#: Fewest starts the studentized bootstrap is used over; below, Student's t. Over 2 starts every
+#: resample with spread has the mean's own mean (t* = 0: an interval of width 0), and over 5
+#: the resampled standard errors are too often near 0 (its width reaches 7-20 times Student's
+#: in 1% of simulated boards, :mod:`analysis.board_coverage`).
+MIN_STUDENTIZED_STARTS = 8
+
+
 def studentized_interval(
     values: np.ndarray,
     reps: int,
     rng: np.random.Generator,
     level: float = 0.95,
     bounds: tuple[float, float] = (0.0, 1.0),
+    min_starts: int = MIN_STUDENTIZED_STARTS,
 ) -> Interval:
     """Each row's mean over its starts with the studentized (bootstrap-t) interval: the
     quantiles of (resampled mean - mean) / resampled standard error, each row resampling its
     own starts. Per-start accuracies near the ceiling or over skewed starts are skewed, where
-    Student's t and the percentile bootstrap both fall short of their level over 5-10 starts;
-    the studentized bootstrap corrects for the skew to second order (coverage:
-    :mod:`analysis.board_coverage`). Over fewer than about 8 starts a resampled standard error
-    near 0 can stretch it far past the data, so it is cut to ``bounds``, the range the score
+    Student's t and the percentile bootstrap both fall short of their level over 10 starts; the
+    studentized bootstrap corrects for the skew to second order (coverage:
+    :mod:`analysis.board_coverage`). A row over fewer than ``min_starts`` starts gets Student's
+    t instead (:data:`MIN_STUDENTIZED_STARTS`). Both are cut to ``bounds``, the range the score
     can take (an accuracy's, by default): the truth lies inside, so the cut never costs
     coverage. NaN bounds below two starts; resamples of one repeated value (no spread,
     probability S^(1-S)) are left out."""
@@ -192,6 +202,10 @@ def studentized_interval(
         if v.size < 2:
             continue
         se = v.std(ddof=1) / np.sqrt(v.size)
+        if v.size < min_starts:
+            half = stats.t.ppf(1 - tail, v.size - 1) * se
+            lo[j], hi[j] = mean[j] - half, mean[j] + half
+            continue
         boot = v[rng.integers(0, v.size, size=(reps, v.size))]
         boot_se = boot.std(axis=1, ddof=1) / np.sqrt(v.size)
         spread = boot_se > 0

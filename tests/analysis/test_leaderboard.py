@@ -164,3 +164,17 @@ def test_studentized_interval_holds_the_mean_and_degenerates_without_spread() ->
     assert 0.5 < (hi[0] - lo[0]) / (t_hi[0] - t_lo[0]) < 2.0
     assert (lo[1], hi[1]) == (0.7, 0.7)
     assert mean[2] == 0.5 and np.isnan(lo[2]) and np.isnan(hi[2]) and np.isnan(t_lo[2])
+
+
+def test_below_eight_starts_the_mean_gets_students_t() -> None:
+    """Over 2 starts every resample with spread has the mean's own mean, so a bootstrap-t would
+    have width 0; Student's t is used below 8 starts, and the bootstrap-t from 8 on."""
+    two = np.array([[0.95, 0.98], [0.40, 0.60]])
+    mean, lo, hi = studentized_interval(two, reps=500, rng=np.random.default_rng(0))
+    t_mean, t_lo, t_hi = t_interval(two)
+    assert np.allclose(lo, np.clip(t_lo, 0, 1)) and np.allclose(hi, np.clip(t_hi, 0, 1))
+    assert hi[0] == 1.0  # cut to the range of an accuracy
+    eight = np.random.default_rng(2).normal(0.5, 0.1, (1, 8))
+    _, lo8, hi8 = studentized_interval(eight, reps=500, rng=np.random.default_rng(0))
+    _, t_lo8, t_hi8 = t_interval(eight)
+    assert (lo8[0], hi8[0]) != (t_lo8[0], t_hi8[0]) and lo8[0] < eight.mean() < hi8[0]
