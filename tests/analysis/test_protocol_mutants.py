@@ -1035,3 +1035,49 @@ def test_curves_without_a_scored_item_are_refused_by_name() -> None:
         with pytest.raises(ValueError) as err:
             fn(items, "a", "b")
         assert str(err.value) == f"no item of 'a' or 'b' has a score; {name} needs their curves"
+
+
+def test_the_ratio_reads_the_mean_over_groups_and_b_s_whole_tail() -> None:
+    """Two eval groups of 10 and 4 items give the curve of their mean accuracy (the same ratio
+    as one group holding that mean), and b's target is the mean of every eval in the last
+    quarter of the budget, the one at 0.75 included: b at 0.3 and 0.7 there and at the end makes
+    0.5 the target, which a (0.4 at 0.5, 0.6 at 1) and b (0.3 at 0.5, 0.7 at 1) both reach at
+    0.75: a ratio of 1."""
+    acc_a = np.array([[0.0, 0.2, 0.4, 0.6], [0.4, 0.6, 0.8, 1.0]])  # (group, eval): mean 0.2 ..
+    acc_b = np.array([[0.0, 0.2, 0.1, 0.5], [0.2, 0.4, 0.5, 0.9]])  # mean 0.1, 0.3, 0.3, 0.7
+    counts = np.array([10.0, 4.0])
+    s = np.zeros((1, 1, 2, 2, 4, 1))  # (start, seed, algorithm, group, eval, fold)
+    s[0, 0, 0, :, :, 0] = acc_a * counts[:, None]
+    s[0, 0, 1, :, :, 0] = acc_b * counts[:, None]
+    n = np.broadcast_to(counts[None, None, None, :, None, None], s.shape).copy()
+    x = np.tile(np.array([0.0, 0.5, 1.0, 2.0]), (1, 1, 2, 1))
+    x[0, 0, 1] = [0.0, 0.25, 0.5, 1.0]
+    fractions = np.array([0.25, 0.5, 0.75, 1.0])
+    two = ratio_intervals(s, n, x, fractions)
+    s1 = np.stack([acc_a.mean(0), acc_b.mean(0)])[None, None, :, None, :, None] * 10
+    one = ratio_intervals(s1, np.full(s1.shape, 10.0), x, fractions)
+    assert float(two.effect) == pytest.approx(float(one.effect), rel=1e-12)
+    assert float(one.effect) == pytest.approx(1.0, rel=1e-12)
+
+
+def test_a_fold_deleted_ratio_is_the_ratio_without_that_fold() -> None:
+    """Each fold-deleted log ratio is the full computation on the sums with that fold's items
+    taken out (folds of unequal sizes in groups of unequal sizes)."""
+    from analysis.claims.protocol import _ratio_effects
+
+    rng = np.random.default_rng(8)
+    n = rng.integers(2, 7, size=(2, 1, 2, 2, 4, 3)).astype(float)  # (U, R, 2, G, E, K)
+    p = np.clip(
+        np.linspace(0.1, 0.8, 4)[None, None, None, None, :, None]
+        + 0.1 * rng.standard_normal(n.shape),
+        0,
+        1,
+    )
+    s = rng.binomial(n.astype(int), p).astype(float)
+    x = np.tile(np.array([0.0, 1.0, 2.0, 4.0]), (2, 1, 2, 1))
+    fractions = np.array([0.25, 0.5, 0.75, 1.0])
+    lr, _ = _ratio_effects(s, n, x, fractions, "crossing")
+    for k in range(3):
+        keep = [j for j in range(3) if j != k]
+        alone, _ = _ratio_effects(s[..., keep].sum(-1, keepdims=True), n[..., keep].sum(-1, keepdims=True), x, fractions, "crossing")  # fmt: skip
+        np.testing.assert_allclose(lr[..., 1 + k], alone[..., 0], rtol=1e-12)
