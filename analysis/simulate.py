@@ -27,7 +27,7 @@ Monte Carlo with common random numbers (error about 1e-4 on the accuracy scale).
 :func:`null_design` moves ``shift`` (final difference, area difference) or ``slope`` (horizon
 slope) so that the truth is 0.
 
-:func:`critic_gate_pass_rates` simulates the critic gate (:mod:`analysis.gates`): per start a
+:func:`critic_gate_pass_rates` simulates the critic gate (:mod:`analysis.claims.gates`): per start a
 true level of the critic's statistic (normal around ``level``, sd ``start_sd``), per eval of the
 second half of the run that level plus eval-to-eval noise (sd ``eval_sd``); the old rule reads
 the last eval of every start against the threshold ("min of S"), the new one the one-sided 95%
@@ -314,7 +314,7 @@ def evaluate(
     ``truth``: the estimand's true value (default :func:`true_effect`; for ``compute_ratio``
     give it, e.g. 1 for a design where a and b are the same algorithm). ``folds=1`` drops the
     shared-item variance (a t interval over starts alone); ``method``/``reps``: the linear
-    estimands' interval (:func:`analysis.protocol.linear_intervals`). ``area_difference`` and
+    estimands' interval (:func:`analysis.claims.protocol.linear_intervals`). ``area_difference`` and
     ``compute_ratio`` simulate whole learning curves (every eval).
     """
     rng = np.random.default_rng(seed)
@@ -439,7 +439,7 @@ def critic_gate_pass_rates(
     """How often each rule passes a critic of ``design`` over ``n_starts`` starts, in ``n``
     simulated suites: ``"min"``, every start's last eval at least ``threshold`` (the old gate);
     ``"bound"``, the one-sided 95% lower bound over starts of the late-eval means at least
-    ``threshold`` (:func:`analysis.gates.lower_bound`, the gate the claims read)."""
+    ``threshold`` (:func:`analysis.claims.gates.lower_bound`, the gate the claims read)."""
     from .claims.gates import lower_bound
 
     rng = np.random.default_rng(seed)
@@ -483,7 +483,7 @@ def critic_gate_table(n: int = 4000, seed: int = 0) -> list[str]:
 
 
 def simulate_items(design: Design, seed: int = 0, a: str = "sppo", b: str = "grpo") -> pd.DataFrame:
-    """One simulated suite as an item table (:data:`analysis.protocol.ITEM_COLUMNS`), every
+    """One simulated suite as an item table (:data:`analysis.claims.protocol.ITEM_COLUMNS`), every
     eval of every run; datasets ``sim_h<h>`` with their horizons; compute = budget fraction x
     ``compute_per_eval`` x ``evals``; start ids ``start<k>``, seeds unique across starts."""
     rng = np.random.default_rng(seed)

@@ -2,7 +2,7 @@
 
 The one implementation of that question: the claims' gates (:func:`evaluate_gates`), the
 suite's headroom lines (:mod:`benchmarks.suite.headroom`, through :func:`separation` and
-:data:`CEILING`) and a sweep's admissibility (:mod:`sweeps.runner`: its critic screen through
+:data:`CEILING`) and a sweep's admissibility (:mod:`sweeps.objective`: its critic screen through
 :func:`late_means_per_start` and :func:`critic_gate`, the claims' critic gate on the weakest
 start; any other metric through :func:`per_start_means` and :func:`start_gate`) all call this
 module.
