@@ -136,8 +136,11 @@ def coverage(
     ref = design.reference
     hits: dict[str, list[np.ndarray]] = {}
 
+    others = np.arange(len(design.offsets)) != ref  # P(> ref) has no value for ref itself
+
     def add(key: str, interval: tuple, name: str) -> None:
-        hits.setdefault(key, []).append(_holds(interval[1], interval[2], truth[name]))
+        held = _holds(interval[1], interval[2], truth[name])
+        hits.setdefault(key, []).append(held[others] if name == "p_improve" else held)
 
     for board in boards:
         boot = bootstrap_intervals(board, ref, reps, rng)
@@ -148,15 +151,8 @@ def coverage(
         add("iqm bootstrap", boot["iqm"], "iqm")
         add("rank sets", rank_sets(board), "rank")
         add("rank bootstrap", boot["rank"], "rank")
-        keep = np.arange(board.shape[0]) != ref
-        cp = improvement_interval(board, ref)
-        hits.setdefault("p_improve clopper-pearson", []).append(
-            _holds(cp[1], cp[2], truth["p_improve"])[keep]
-        )
-        b = boot["p_improve"]
-        hits.setdefault("p_improve bootstrap", []).append(
-            _holds(b[1], b[2], truth["p_improve"])[keep]
-        )
+        add("p_improve clopper-pearson", improvement_interval(board, ref), "p_improve")
+        add("p_improve bootstrap", boot["p_improve"], "p_improve")
     out = {}
     for key, rows in hits.items():
         per_algorithm = np.mean(rows, axis=0)

@@ -191,21 +191,13 @@ def studentized_interval(
     can take (an accuracy's, by default): the truth lies inside, so the cut never costs
     coverage. NaN bounds below two starts; resamples of one repeated value (no spread,
     probability S^(1-S)) are left out."""
-    a = values.shape[0]
-    mean, lo, hi = (np.full(a, np.nan) for _ in range(3))
+    mean, lo, hi = t_interval(values, level)
     tail = (1 - level) / 2
-    for j in range(a):
+    for j in range(values.shape[0]):
         v = values[j][~np.isnan(values[j])]
-        if v.size == 0:
-            continue
-        mean[j] = v.mean()
-        if v.size < 2:
+        if v.size < max(min_starts, 2):
             continue
         se = v.std(ddof=1) / np.sqrt(v.size)
-        if v.size < min_starts:
-            half = stats.t.ppf(1 - tail, v.size - 1) * se
-            lo[j], hi[j] = mean[j] - half, mean[j] + half
-            continue
         boot = v[rng.integers(0, v.size, size=(reps, v.size))]
         boot_se = boot.std(axis=1, ddof=1) / np.sqrt(v.size)
         spread = boot_se > 0
