@@ -1,7 +1,9 @@
 """sppo-bench analysis: MLflow runs -> tidy pandas -> figures, fits, tables, report.
 
-Reads only MLflow and the metric schema (:mod:`benchmarks.telemetry.metrics`); never imports torch, so a
-notebook or CI job can analyse a store without the training stack. Typical use::
+Reads only MLflow and results sets; never imports torch, so a notebook or CI job can analyse a
+store without the training stack. It owns the metric schema (:mod:`analysis.metrics`), the names
+the harness logs under: the harness writes in analysis's vocabulary, so ``benchmarks/`` imports
+``analysis/`` and never the other way round (docs/design.md, "Folders and layers"). Typical use::
 
     from analysis import load_runs, eval_points, plot_panels, write_report
 
@@ -22,164 +24,111 @@ after their gates pass (:mod:`analysis.claims.gates`), with the warm start as th
 and Holm's adjustment over each declared family (:mod:`analysis.claims.protocol`, docs/statistics.md).
 """
 
-from ._common import (
-    ALGORITHM_ORDER,
-    DATASET_LABELS,
-    TABLE1_DATASETS,
-    algorithm_colors,
-    order_algorithms,
-    order_datasets,
-)
-from .calibration import (
-    CALIBRATION_ARTIFACT,
-    calibration_bins,
-    calibration_trajectory,
-    expected_calibration_error,
-    load_calibration,
-    plot_calibration,
-    plot_calibration_trajectory,
-)
-from .claims.gates import Gate, claim_datasets, evaluate_gates, untestable
-from .claims.protocol import (
-    CONDITIONAL,
-    ClaimEstimate,
-    HolmRow,
-    compute_ratio,
-    final_difference,
-    final_items,
-    holm,
-    horizon_slope,
-    reached_level,
-    verdict,
-)
-from .claims.spec import Claim, Family, Gates, parse_claims
-from .claims.table import claims_table, describe_claims, format_claims_table
-from .curves import (
-    Curve,
-    aligned_curves,
-    compute_to_target,
-    describe_compute_to_target,
-    final_scores,
-    paired_ratio_of_means,
-    score_dict,
-)
-from .fit import SaturatingFit, fit_curves, fit_saturating, saturating_curve
-from .horizon import horizon_points, horizon_table, plot_accuracy_vs_horizon
-from .load import ITEM_TABLE_COLUMNS, TIDY_COLUMNS, eval_points, load_items, load_runs, run_params
-from .notebook import NotebookData, notebook_data, resolve_tracking_uri, save_figure
-from .plots import (
-    plot_accuracy_table,
-    plot_accuracy_vs_compute,
-    plot_memory,
-    plot_panels,
-    plot_training_curves,
-)
-from .report import log_report_to_mlflow, write_report
-from .stats import (
-    bootstrap_ci,
-    improvement_estimates,
-    interval_estimates,
-    iqm,
-    probability_of_improvement,
-    probability_of_improvement_ci,
-    stratified_bootstrap,
-)
-from .tables import (
-    accuracy_table,
-    format_accuracy_table,
-    format_number,
-    improvement_table,
-    iqm_table,
-    memory_components_table,
-    memory_table,
-    summary_table,
-    throughput_table,
-    to_latex,
-    to_markdown,
-)
+from __future__ import annotations
 
-__all__ = [
-    "accuracy_table",
-    "algorithm_colors",
-    "ALGORITHM_ORDER",
-    "aligned_curves",
-    "bootstrap_ci",
-    "CALIBRATION_ARTIFACT",
-    "calibration_bins",
-    "calibration_trajectory",
-    "Claim",
-    "claim_datasets",
-    "ClaimEstimate",
-    "claims_table",
-    "compute_ratio",
-    "compute_to_target",
-    "CONDITIONAL",
-    "Curve",
-    "DATASET_LABELS",
-    "describe_claims",
-    "describe_compute_to_target",
-    "eval_points",
-    "evaluate_gates",
-    "expected_calibration_error",
-    "Family",
-    "final_difference",
-    "final_items",
-    "final_scores",
-    "fit_curves",
-    "fit_saturating",
-    "format_accuracy_table",
-    "format_claims_table",
-    "format_number",
-    "Gate",
-    "Gates",
-    "holm",
-    "HolmRow",
-    "horizon_points",
-    "horizon_slope",
-    "horizon_table",
-    "improvement_estimates",
-    "improvement_table",
-    "interval_estimates",
-    "iqm",
-    "iqm_table",
-    "ITEM_TABLE_COLUMNS",
-    "load_calibration",
-    "load_items",
-    "load_runs",
-    "log_report_to_mlflow",
-    "memory_components_table",
-    "memory_table",
-    "NotebookData",
-    "notebook_data",
-    "order_algorithms",
-    "order_datasets",
-    "paired_ratio_of_means",
-    "parse_claims",
-    "plot_accuracy_table",
-    "plot_accuracy_vs_compute",
-    "plot_accuracy_vs_horizon",
-    "plot_calibration",
-    "plot_calibration_trajectory",
-    "plot_memory",
-    "plot_panels",
-    "plot_training_curves",
-    "probability_of_improvement",
-    "probability_of_improvement_ci",
-    "reached_level",
-    "resolve_tracking_uri",
-    "run_params",
-    "saturating_curve",
-    "SaturatingFit",
-    "save_figure",
-    "score_dict",
-    "stratified_bootstrap",
-    "summary_table",
-    "TABLE1_DATASETS",
-    "throughput_table",
-    "TIDY_COLUMNS",
-    "to_latex",
-    "to_markdown",
-    "untestable",
-    "verdict",
-    "write_report",
-]
+import importlib
+from typing import Any
+
+#: Where each public name lives. Loaded on first use (PEP 562), not here: the harness imports
+#: :mod:`analysis.metrics` in every training process, and an eager package would pull pandas,
+#: scipy and matplotlib (about 2 s and 1,000 modules) into each of them.
+_EXPORTS: dict[str, str] = {
+    "ALGORITHM_ORDER": "._common",
+    "DATASET_LABELS": "._common",
+    "TABLE1_DATASETS": "._common",
+    "algorithm_colors": "._common",
+    "order_algorithms": "._common",
+    "order_datasets": "._common",
+    "CALIBRATION_ARTIFACT": ".calibration",
+    "calibration_bins": ".calibration",
+    "calibration_trajectory": ".calibration",
+    "expected_calibration_error": ".calibration",
+    "load_calibration": ".calibration",
+    "plot_calibration": ".calibration",
+    "plot_calibration_trajectory": ".calibration",
+    "Gate": ".claims.gates",
+    "claim_datasets": ".claims.gates",
+    "evaluate_gates": ".claims.gates",
+    "untestable": ".claims.gates",
+    "CONDITIONAL": ".claims.protocol",
+    "ClaimEstimate": ".claims.protocol",
+    "HolmRow": ".claims.protocol",
+    "compute_ratio": ".claims.protocol",
+    "final_difference": ".claims.protocol",
+    "final_items": ".claims.protocol",
+    "holm": ".claims.protocol",
+    "horizon_slope": ".claims.protocol",
+    "reached_level": ".claims.protocol",
+    "verdict": ".claims.protocol",
+    "Claim": ".claims.spec",
+    "Family": ".claims.spec",
+    "Gates": ".claims.spec",
+    "parse_claims": ".claims.spec",
+    "claims_table": ".claims.table",
+    "describe_claims": ".claims.table",
+    "format_claims_table": ".claims.table",
+    "Curve": ".curves",
+    "aligned_curves": ".curves",
+    "compute_to_target": ".curves",
+    "describe_compute_to_target": ".curves",
+    "final_scores": ".curves",
+    "paired_ratio_of_means": ".curves",
+    "score_dict": ".curves",
+    "SaturatingFit": ".fit",
+    "fit_curves": ".fit",
+    "fit_saturating": ".fit",
+    "saturating_curve": ".fit",
+    "horizon_points": ".horizon",
+    "horizon_table": ".horizon",
+    "plot_accuracy_vs_horizon": ".horizon",
+    "ITEM_TABLE_COLUMNS": ".load",
+    "TIDY_COLUMNS": ".load",
+    "eval_points": ".load",
+    "load_items": ".load",
+    "load_runs": ".load",
+    "run_params": ".load",
+    "NotebookData": ".notebook",
+    "notebook_data": ".notebook",
+    "resolve_tracking_uri": ".notebook",
+    "save_figure": ".notebook",
+    "plot_accuracy_table": ".plots",
+    "plot_accuracy_vs_compute": ".plots",
+    "plot_memory": ".plots",
+    "plot_panels": ".plots",
+    "plot_training_curves": ".plots",
+    "log_report_to_mlflow": ".report",
+    "write_report": ".report",
+    "bootstrap_ci": ".stats",
+    "improvement_estimates": ".stats",
+    "interval_estimates": ".stats",
+    "iqm": ".stats",
+    "probability_of_improvement": ".stats",
+    "probability_of_improvement_ci": ".stats",
+    "stratified_bootstrap": ".stats",
+    "accuracy_table": ".tables",
+    "format_accuracy_table": ".tables",
+    "format_number": ".tables",
+    "improvement_table": ".tables",
+    "iqm_table": ".tables",
+    "memory_components_table": ".tables",
+    "memory_table": ".tables",
+    "summary_table": ".tables",
+    "throughput_table": ".tables",
+    "to_latex": ".tables",
+    "to_markdown": ".tables",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    """Import the submodule that defines ``name`` the first time it is asked for."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -1,6 +1,6 @@
 """Shared constants and small helpers of the analysis package (private).
 
-Names that the harness does not define in :mod:`benchmarks.telemetry.metrics` but the analysis needs (the
+Names that the harness does not define in :mod:`analysis.metrics` but the analysis needs (the
 leaf names of eval metrics, the paper's dataset order) live here, once.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 from urllib.request import url2pathname
 
-from benchmarks.telemetry.metrics import (
+from analysis.metrics import (
     COMPUTE_FLOPS,
     COMPUTE_PROMPTS,
     COMPUTE_ROLLOUT_SAMPLES,
@@ -25,7 +25,7 @@ from benchmarks.telemetry.metrics import (
     TRAIN_SCORE_MEAN,
 )
 
-#: Leaf names of ``eval/<dataset>/<metric>`` (not in benchmarks.telemetry.metrics).
+#: Leaf names of ``eval/<dataset>/<metric>`` (not in analysis.metrics).
 ACCURACY = "accuracy"
 #: The standard error of a metric is logged as ``<metric>_se``.
 SE_SUFFIX = "_se"
@@ -34,7 +34,7 @@ BUDGET_FRACTION = "budget_fraction"
 #: MLflow's own tag linking a nested run to its parent.
 MLFLOW_PARENT_TAG = "mlflow.parentRunId"
 #: Tag the harness sets on every ``arith`` run (and on each point of a ``task.horizon`` grid):
-#: the number of reasoning steps per problem. Not in benchmarks.telemetry.metrics, which names it nowhere.
+#: the number of reasoning steps per problem. Not in analysis.metrics, which names it nowhere.
 HORIZON_TAG = "horizon"
 #: Eval dataset names of a horizon grid: ``arith_h<h>`` (``suite=horizon``).
 _HORIZON_DATASET = re.compile(r"^(?P<task>[A-Za-z0-9]+)_h(?P<h>[0-9]+)$")

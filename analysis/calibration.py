@@ -28,7 +28,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
-from benchmarks.telemetry.metrics import (
+from analysis.metrics import (
     COMPUTE_FLOPS,
     CRITIC_CALIBRATION,
     CRITIC_CALIBRATION_BRIER,

@@ -23,7 +23,7 @@ import pandas as pd
 from scipy.stats import norm
 from scipy.stats import t as student_t
 
-from benchmarks.telemetry.metrics import (
+from analysis.metrics import (
     COMPUTE_FLOPS,
     COMPUTE_PROMPTS,
     COMPUTE_ROLLOUT_SAMPLES,

@@ -30,7 +30,7 @@ import pandas as pd
 from scipy.optimize import OptimizeWarning, curve_fit
 from scipy.special import expit
 
-from benchmarks.telemetry.metrics import COMPUTE_FLOPS
+from analysis.metrics import COMPUTE_FLOPS
 
 from ._common import ACCURACY, order_algorithms, order_datasets
 

@@ -39,7 +39,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from scipy import stats
 
-from benchmarks.telemetry.metrics import (
+from analysis.metrics import (
     COMPUTE_FLOPS,
     COMPUTE_WALL_S,
     MEMORY_PEAK_BYTES,

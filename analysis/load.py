@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from benchmarks.telemetry.metrics import (
+from analysis.metrics import (
     COMPUTE_ROLLOUT_SAMPLES,
     EVAL_BUDGET_FRACTION,
     EVAL_ITEMS_DIR,

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.telemetry.metrics import COMPUTE_ROLLOUT_SAMPLES
+from analysis.metrics import COMPUTE_ROLLOUT_SAMPLES
 
 from .board_coverage import coverage_lines
 from .tuning import tuning_section

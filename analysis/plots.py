@@ -23,7 +23,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, FuncFormatter
 from scipy.stats import norm
 
-from benchmarks.telemetry.metrics import (
+from analysis.metrics import (
     COMPUTE_FLOPS,
     COMPUTE_ROLLOUT_SAMPLES,
     CRITIC_EXPLAINED_VAR,

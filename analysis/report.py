@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from benchmarks.telemetry.metrics import (
+from analysis.metrics import (
     COMPUTE_AXES,
     COMPUTE_FLOPS,
     COMPUTE_ROLLOUT_SAMPLES,

@@ -42,7 +42,7 @@ from typing import Any
 
 import pandas as pd
 
-from benchmarks.telemetry.metrics import (
+from analysis.metrics import (
     COMPUTE_FLOPS,
     COMPUTE_WALL_S,
     EVAL_ITEMS_DIR,

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import norm
 
-from benchmarks.telemetry.metrics import (
+from analysis.metrics import (
     COMPUTE_FLOPS,
     COMPUTE_ROLLOUT_SAMPLES,
     COMPUTE_ROLLOUT_TOKENS,

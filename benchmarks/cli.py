@@ -147,7 +147,7 @@ def _print_result(result) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from benchmarks.telemetry import metrics as M
+    from analysis import metrics as M
 
     console = Console(width=None if sys.stdout.isatty() else 120)
     table = Table(title=f"sppo-bench suite ({result.experiment}), {result.wall_s:.0f} s")
@@ -263,7 +263,7 @@ def _cmd_report(argv: list[str]) -> int:
     from mlflow.tracking import MlflowClient
 
     from analysis import load_runs, log_report_to_mlflow, write_report
-    from benchmarks.telemetry.metrics import TAG_ROLE
+    from analysis.metrics import TAG_ROLE
     from benchmarks.telemetry.tracking import default_tracking_uri
 
     p = argparse.ArgumentParser(prog="sppo-bench report")
@@ -366,9 +366,9 @@ def _cmd_export(argv: list[str]) -> int:
         help="the runs ran on this machine: record it in the manifest when the suite did not",
     )
     a = p.parse_args(argv)
+    if a.sweep is not None:  # a tuning sweep's trials: sweeps/ registers that command
+        return _registered("export-sweep", argv)
     uri = a.tracking_uri or default_tracking_uri()
-    if a.sweep is not None:
-        return _export_sweep(a.sweep, a.storage, a.out, uri, machine() if a.here else None)
     try:
         path = export_results(
             a.out,
@@ -379,25 +379,6 @@ def _cmd_export(argv: list[str]) -> int:
             machine=machine() if a.here else None,
         )
     except ResultsError as e:
-        sys.stderr.write(f"sppo-bench export: {e}\n")
-        return 2
-    sys.stdout.write(f"{path}\n")
-    return 0
-
-
-def _export_sweep(
-    spec: str, storage: str | None, out: str, tracking_uri: str, here: dict | None
-) -> int:
-    """``export --sweep``: a sweep's trials into ``<out>/<spec>.json`` (sweeps/export.py)."""
-    from sweeps.export import export_tuning
-    from sweeps.spec import SpecError
-
-    if not storage:
-        sys.stderr.write("sppo-bench export: --sweep needs --storage (the sweep's Optuna URL)\n")
-        return 2
-    try:
-        path = export_tuning(spec, storage, out, tracking_uri=tracking_uri, machine=here)
-    except (SpecError, ValueError) as e:
         sys.stderr.write(f"sppo-bench export: {e}\n")
         return 2
     sys.stdout.write(f"{path}\n")
@@ -484,6 +465,27 @@ def _cmd_import(argv: list[str]) -> int:
     return 0
 
 
+#: The entry-point group through which the layer above the harness adds its commands
+#: (pyproject.toml: ``sweep`` and ``export --sweep`` from ``sweeps/``). The harness names a
+#: command, never imports its package: ``sweeps/`` imports ``benchmarks/``, so the folders stay
+#: one chain (docs/design.md, "Folders and layers").
+COMMANDS_GROUP = "sppo_bench.commands"
+
+
+def _registered(name: str, argv: list[str]) -> int:
+    """Run the command ``name`` that a package registered under :data:`COMMANDS_GROUP`."""
+    from importlib.metadata import entry_points
+
+    found = entry_points(group=COMMANDS_GROUP, name=name)
+    if not found:
+        sys.stderr.write(
+            f"sppo-bench: the {name!r} command is not registered; install the project "
+            "(pip install -e .) so its entry points exist\n"
+        )
+        return 2
+    return next(iter(found)).load()(argv)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``sppo-bench`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -512,9 +514,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if cmd == "power":
         return _cmd_power(rest)
     if cmd == "sweep":
-        from sweeps.cli import main as sweep_main
-
-        return sweep_main(rest)
+        return _registered("sweep", rest)
     if cmd == "eval":
         from benchmarks.evaluation.cli import main as eval_main
 

@@ -19,12 +19,13 @@ from mlflow.tracking import MlflowClient
 from rich.console import Console
 from rich.table import Table
 
-from benchmarks.telemetry.tracking import ui_runs_url
+from benchmarks.telemetry.tracking import default_tracking_uri, machine, ui_runs_url
+from sweeps.export import export_tuning
 from sweeps.runner import run_sweep
 from sweeps.spec import SpecError, load_spec
 from sweeps.summary import SweepResult
 
-__all__ = ["main"]
+__all__ = ["export_main", "main"]
 
 log = logging.getLogger("sppo_bench.sweep")
 
@@ -132,3 +133,29 @@ def _print(result: SweepResult) -> None:
         log.debug("experiment %r: no id (%s)", result.experiment, e)
     if exp_id is not None:
         console.print(f"runs:      {ui_runs_url(result.tracking_uri, exp_id)}", soft_wrap=True)
+
+
+def export_main(argv: list[str]) -> int:
+    """``sppo-bench export --sweep SPEC --storage URL --out DIR``: a sweep's trials into
+    ``<out>/<spec>.json`` (:mod:`sweeps.export`), the tuning table the results pages print."""
+    p = argparse.ArgumentParser(
+        prog="sppo-bench export", description="Write a tuning sweep's trials as JSON."
+    )
+    p.add_argument("--sweep", required=True, help="the sweep's spec (name or path)")
+    p.add_argument("--storage", help="the sweep's Optuna storage URL")
+    p.add_argument("--out", required=True, help="the folder of the JSON (results/tuning)")
+    p.add_argument("--tracking-uri", default=None, help="the sweep's MLflow store")
+    p.add_argument("--here", action="store_true", help="record this machine in the export")
+    a = p.parse_args(argv)
+    if not a.storage:
+        sys.stderr.write("sppo-bench export: --sweep needs --storage (the sweep's Optuna URL)\n")
+        return 2
+    uri = a.tracking_uri or default_tracking_uri()
+    here = machine() if a.here else None
+    try:
+        path = export_tuning(a.sweep, a.storage, a.out, tracking_uri=uri, machine=here)
+    except (SpecError, ValueError) as e:
+        sys.stderr.write(f"sppo-bench export: {e}\n")
+        return 2
+    sys.stdout.write(f"{path}\n")
+    return 0

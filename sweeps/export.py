@@ -13,8 +13,8 @@ from typing import Any
 import optuna
 from mlflow.tracking import MlflowClient
 
+from analysis import metrics as M
 from analysis.tuning import SCHEMA_VERSION
-from benchmarks.telemetry import metrics as M
 from sweeps.spec import load_spec
 from sweeps.storage import spec_dict
 from sweeps.summary import best_trials, trial_rows

@@ -18,6 +18,7 @@ from typing import Any
 import optuna
 from mlflow.tracking import MlflowClient
 
+from analysis import metrics as M
 from analysis.claims.gates import (
     CRITIC_PEARSON_MIN,
     critic_gate,
@@ -27,7 +28,6 @@ from analysis.claims.gates import (
 )
 from benchmarks.config import compose_config
 from benchmarks.suite.run import run_suite
-from benchmarks.telemetry import metrics as M
 from sweeps.spec import CRITIC_GATE, SweepSpec, trial_overrides
 from sweeps.storage import ATTR_ADMISSIBLE, ATTR_ERROR
 from sweeps.tracking import TAG_STUDY, TAG_TRIAL

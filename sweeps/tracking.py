@@ -17,7 +17,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
-from benchmarks.telemetry import metrics as M
+from analysis import metrics as M
 from benchmarks.telemetry.tracking import flatten, prepare_store
 from sweeps.spec import SweepSpec
 from sweeps.storage import ATTR_ERROR, ATTR_PARENT, spec_dict

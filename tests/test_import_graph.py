@@ -1,5 +1,5 @@
 """The packages' import graph has no cycle, runs only down the layers, and no private name
-crosses a module boundary.
+crosses a module boundary. At folder level the packages form one chain.
 
 A cycle, or an import from a lower layer up to a higher one, means a shared piece lives in the
 wrong module (above one of its users). Every import counts: a function-local one still runs, and
@@ -21,10 +21,13 @@ PACKAGES = ("algorithms", "benchmarks", "sweeps", "analysis")
 LAYERS: tuple[tuple[str, ...], ...] = (
     # pure tensor functions and their configs: they know no model, file or harness
     ("algorithms",),
-    # services every layer uses: metric names, meter, tracking and store checks; fault injection
+    # results as data: the metric schema, finished runs read from MLflow or results sets, the
+    # statistics, the claims protocol and the pages; no torch
+    ("analysis",),
+    # services every layer of the harness uses: meter, tracking and store checks; fault injection
     ("benchmarks.telemetry", "benchmarks.faults"),
-    # what a model learns and how an answer is graded; analysis reads finished runs from MLflow
-    ("benchmarks.tasks", "analysis"),
+    # what a model learns and how an answer is graded
+    ("benchmarks.tasks",),
     # generating and scoring a policy's tokens
     ("benchmarks.engines",),
     # a model's accuracy on tasks, through an engine
@@ -37,11 +40,14 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("benchmarks.suite", "benchmarks.bench"),
     # a suite's plan translated for verl
     ("benchmarks.verl_engine",),
+    # the command line over the harness and analysis (sweeps/ adds its commands by entry point)
+    ("benchmarks.cli",),
     # hyper-parameter sweeps: suites as Optuna trials
     ("sweeps",),
-    # the command line over all of them
-    ("benchmarks.cli",),
 )
+#: The top-level folders, lowest first: each imports only from the folders before it, so no two
+#: import each other (docs/design.md, "Folders and layers").
+FOLDERS = ("algorithms", "analysis", "benchmarks", "sweeps")
 #: Packages whose ``__init__`` only names them (it imports nothing), below every layer.
 ROOTS = ("benchmarks",)
 
@@ -182,6 +188,27 @@ def test_no_import_runs_up_the_layers():
     assert upward_imports(edges) == []
 
 
+def folder_imports(edges: dict[str, set[str]]) -> list[str]:
+    """Imports from a folder to one at or after it in :data:`FOLDERS`, as 'importer -> imported'."""
+    rank = {folder: i for i, folder in enumerate(FOLDERS)}
+    out = []
+    for mod, targets in sorted(edges.items()):
+        src = mod.split(".")[0]
+        out += [f"{mod} -> {t}" for t in sorted(targets) if rank[t.split(".")[0]] > rank[src]]
+    return out
+
+
+def test_the_folders_form_one_chain():
+    edges, _ = import_graph()
+    assert set(FOLDERS) == set(PACKAGES)
+    assert folder_imports(edges) == []
+
+
+def test_the_folder_check_sees_an_import_up_the_chain():
+    edges = {"analysis.report": {"benchmarks.suite.run"}, "benchmarks.cli": {"analysis"}}
+    assert folder_imports(edges) == ["analysis.report -> benchmarks.suite.run"]
+
+
 def test_no_private_name_is_imported_from_another_module():
     _, private = import_graph()
     assert private == []
@@ -204,15 +231,15 @@ def test_the_checks_see_a_cycle_and_a_private_import(tmp_path):
     assert cycles(edges) == [["benchmarks.a", "benchmarks.b", "benchmarks.c"]]
     assert private == ["benchmarks.a: benchmarks.b._g"]
     real, _ = import_graph()
-    assert "benchmarks.telemetry.metrics" in real["benchmarks.training.trainer"]
-    # a function-local import counts: the CLI imports the sweep CLI only inside main()
-    assert "sweeps.cli" in real["benchmarks.cli"]
+    assert "analysis.metrics" in real["benchmarks.training.trainer"]
+    # a function-local import counts: the CLI imports the eval CLI only inside main()
+    assert "benchmarks.evaluation.cli" in real["benchmarks.cli"]
 
 
 def test_the_layer_check_sees_an_import_up_the_stack(tmp_path):
     """A planted type-only import from training up to the suite, a function-local one from
-    tasks up to engines and one across a layer (tasks -> analysis) are found; imports down the
-    layers and within a package are not."""
+    tasks up to engines, one from analysis up to the harness and one across a layer (telemetry
+    -> faults) are found; imports down the layers and within a package are not."""
     root = tmp_path
     files = {
         "benchmarks/__init__.py": "",
@@ -230,15 +257,18 @@ def test_the_layer_check_sees_an_import_up_the_stack(tmp_path):
         ),
         "benchmarks/engines/__init__.py": "",
         "benchmarks/engines/rollout.py": "from benchmarks.tasks import base\n",
-        "analysis/__init__.py": "",
+        "benchmarks/telemetry/__init__.py": "import benchmarks.faults\n",
+        "benchmarks/faults.py": "",
+        "analysis/__init__.py": "from benchmarks.tasks import base\n",
     }
     for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
     edges, _ = import_graph(root)
     assert upward_imports(edges) == [
-        "benchmarks.tasks.base -> analysis",
+        "analysis -> benchmarks.tasks.base",
         "benchmarks.tasks.base -> benchmarks.engines.rollout",
+        "benchmarks.telemetry -> benchmarks.faults",
         "benchmarks.training.start -> benchmarks.suite.plan",
     ]
 
@@ -249,6 +279,7 @@ def test_algorithms_import_nothing_of_the_harness():
         if mod.startswith("algorithms"):
             assert all(t.startswith("algorithms") for t in targets), (mod, targets)
         if mod.startswith("analysis"):  # analysis reads only MLflow and the metric schema
-            assert all(
-                t.startswith("analysis") or t == "benchmarks.telemetry.metrics" for t in targets
-            ), (mod, targets)
+            assert all(t.startswith("analysis") or t == "analysis.metrics" for t in targets), (
+                mod,
+                targets,
+            )

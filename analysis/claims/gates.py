@@ -52,7 +52,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import t as student_t
 
-from benchmarks.telemetry import metrics as M
+from analysis import metrics as M
 
 from .spec import Claim
 

@@ -48,7 +48,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks.telemetry import metrics as M
+from analysis import metrics as M
 
 __all__ = [
     "CLAIMS_PARAM",

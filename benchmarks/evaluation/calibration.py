@@ -25,7 +25,7 @@ import math
 
 import torch
 
-from benchmarks.telemetry import metrics as M
+from analysis import metrics as M
 
 log = logging.getLogger(__name__)
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from analysis import metrics as M
 from benchmarks.evaluation.evaluate import (
     TaskEval,
     build_tasks,
@@ -34,7 +35,6 @@ from benchmarks.evaluation.evaluate import (
 from benchmarks.evaluation.lm_eval import evaluate_lm_eval
 from benchmarks.evaluation.settings import ARITH, EvalSettings, parse_settings, settings_help
 from benchmarks.tasks.dataset_task import GraderSet
-from benchmarks.telemetry import metrics as M
 
 log = logging.getLogger(__name__)
 

@@ -32,6 +32,8 @@ from typing import Any
 
 import torch
 
+from analysis import metrics as M
+from analysis.metrics import avg_at_name, pass_at_name, pass_ks
 from benchmarks.engines.rollout import RolloutEngine
 from benchmarks.engines.torch_engine import TorchEngine
 from benchmarks.evaluation.estimators import avg_at_k, pass_at_k
@@ -45,8 +47,6 @@ from benchmarks.tasks.arith import ArithTask
 from benchmarks.tasks.base import Task, TaskProblem
 from benchmarks.tasks.dataset_task import GraderSet
 from benchmarks.tasks.grading import GradeResult, extract_answer
-from benchmarks.telemetry import metrics as M
-from benchmarks.telemetry.metrics import avg_at_name, pass_at_name, pass_ks
 
 __all__ = [
     "EvalRequest",

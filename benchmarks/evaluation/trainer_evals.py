@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import torch
 
+from analysis import metrics as M
 from benchmarks.engines.rollout import Rollout, RolloutEngine
 from benchmarks.engines.torch_engine import TorchEngine
 from benchmarks.evaluation.calibration import prompt_critic_calibration, token_critic_calibration
@@ -32,7 +33,6 @@ from benchmarks.evaluation.evaluate import (
     log_results,
 )
 from benchmarks.tasks.base import Task
-from benchmarks.telemetry import metrics as M
 from benchmarks.telemetry.meter import Budget, ComputeMeter
 from benchmarks.telemetry.tracking import Tracker
 

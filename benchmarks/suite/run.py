@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from algorithms import ConfigError
+from analysis import metrics as M
 from benchmarks.suite.plan import SuitePlan, validate
 from benchmarks.suite.run_one import (
     RunContext,
@@ -28,7 +29,6 @@ from benchmarks.suite.run_one import (
     run_one,
 )
 from benchmarks.tasks.build import build_task
-from benchmarks.telemetry import metrics as M
 from benchmarks.telemetry.tracking import (
     MlflowTracker,
     flatten,

@@ -14,10 +14,10 @@ from typing import Any
 import torch
 
 from algorithms import Algorithm
+from analysis import metrics as M
 from benchmarks.engines.factory import make_engine_factory
 from benchmarks.suite.plan import SuitePlan
 from benchmarks.tasks.base import Task
-from benchmarks.telemetry import metrics as M
 from benchmarks.telemetry.tracking import (
     MlflowTracker,
     flatten,

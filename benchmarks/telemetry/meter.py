@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from benchmarks.telemetry import metrics as M
+from analysis import metrics as M
 from benchmarks.telemetry.memory import trace_peak
 
 if TYPE_CHECKING:

@@ -215,7 +215,7 @@ def invocation_tags() -> dict[str, str]:
     import shlex
     import sys
 
-    from benchmarks.telemetry.metrics import TAG_COMMAND, TAG_MACHINE
+    from analysis.metrics import TAG_COMMAND, TAG_MACHINE
 
     prog = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
     command = shlex.join([prog if prog == "sppo-bench" else sys.argv[0], *sys.argv[1:]])

@@ -40,8 +40,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from analysis.metrics import TAG_CONFIG_HASH
 from benchmarks import faults
-from benchmarks.telemetry.metrics import TAG_CONFIG_HASH
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -77,7 +77,7 @@ def config_hash(resolved: Mapping[str, Any]) -> str:
 
 def find_resumable(client: MlflowClient, experiment_id: str, chash: str) -> Any | None:
     """The newest suite parent run with this config hash, if it did not finish; else None."""
-    from benchmarks.telemetry import metrics as M
+    from analysis import metrics as M
 
     runs = client.search_runs(
         [experiment_id],
@@ -94,7 +94,7 @@ def child_runs(
     client: MlflowClient, experiment_id: str, parent_id: str
 ) -> dict[tuple[str, int], Any]:
     """The parent's child runs by (algorithm, seed); the newest wins if there are several."""
-    from benchmarks.telemetry import metrics as M
+    from analysis import metrics as M
 
     runs = client.search_runs(
         [experiment_id],

@@ -17,10 +17,10 @@ from typing import Any
 import torch
 
 from algorithms import Algorithm, ConfigError
+from analysis import metrics as M
 from benchmarks.engines.fastdecode import prefix_hidden, supports_backbone
 from benchmarks.engines.rollout import Rollout
 from benchmarks.engines.teacher_forced import by_length, sequence_inputs
-from benchmarks.telemetry import metrics as M
 from benchmarks.telemetry.memory import module_memory
 from benchmarks.telemetry.meter import ComputeMeter, FlopModel
 from benchmarks.training.config import TrainerConfig

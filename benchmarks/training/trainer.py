@@ -33,13 +33,13 @@ import torch
 
 from algorithms import Algorithm, ConfigError
 from algorithms.common import kl_penalty
+from analysis import metrics as M
 from benchmarks import faults
 from benchmarks.engines.rollout import Rollout, RolloutEngine
 from benchmarks.engines.teacher_forced import bucketed_logprobs
 from benchmarks.evaluation.evaluate import EvalResult
 from benchmarks.evaluation.trainer_evals import TrainingEvaluator
 from benchmarks.tasks.base import Task, TaskProblem
-from benchmarks.telemetry import metrics as M
 from benchmarks.telemetry.memory import component_metrics, module_memory
 from benchmarks.telemetry.meter import Budget, ComputeMeter, FlopModel
 from benchmarks.telemetry.tracking import NullTracker, Tracker

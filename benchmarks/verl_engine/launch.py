@@ -25,8 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
+from analysis import metrics as M
 from benchmarks.suite.plan import SuitePlan
-from benchmarks.telemetry import metrics as M
 from benchmarks.verl_engine.translate import VerlPlan, translate
 
 __all__ = ["planned_files", "plans", "run_verl_suite"]

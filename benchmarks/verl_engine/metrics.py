@@ -1,4 +1,4 @@
-"""verl metric names -> the suite's metric schema (:mod:`benchmarks.telemetry.metrics`).
+"""verl metric names -> the suite's metric schema (:mod:`analysis.metrics`).
 
 verl logs per-step values under its own names (``val-core/<dataset>/acc/mean@k``, which its
 MLflow adapter stores as ``mean_at_k``; ``actor/...``, ``critic/...``, ``response_length/mean``,
@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from benchmarks.telemetry import metrics as M
+from analysis import metrics as M
 
 __all__ = ["DIRECT", "map_history", "map_verl_run"]
 

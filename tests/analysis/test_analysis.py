@@ -39,7 +39,7 @@ from analysis import (
     throughput_table,
     write_report,
 )
-from benchmarks.telemetry.metrics import (
+from analysis.metrics import (
     COMPUTE_FLOPS,
     COMPUTE_PROMPTS,
     COMPUTE_ROLLOUT_SAMPLES,

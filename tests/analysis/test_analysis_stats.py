@@ -24,7 +24,7 @@ from analysis import (
     to_latex,
     to_markdown,
 )
-from benchmarks.telemetry.metrics import COMPUTE_ROLLOUT_TOKENS
+from analysis.metrics import COMPUTE_ROLLOUT_TOKENS
 
 # --- bootstrap --------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from analysis import calibration_trajectory, plot_calibration_trajectory
-from benchmarks.telemetry import metrics as M
+from analysis import metrics as M
 
 
 def _frame() -> pd.DataFrame:

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from analysis import compute_to_target, describe_compute_to_target
-from benchmarks.telemetry.metrics import COMPUTE_ROLLOUT_SAMPLES
+from analysis.metrics import COMPUTE_ROLLOUT_SAMPLES
 
 FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)
 

@@ -34,7 +34,7 @@ from analysis.curves import (
     seed_finals,
     tail_probability,
 )
-from benchmarks.telemetry.metrics import (
+from analysis.metrics import (
     COMPUTE_ROLLOUT_SAMPLES,
     COMPUTE_ROLLOUT_TOKENS,
     EVAL_BUDGET_FRACTION,

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from analysis import eval_points, load_items, load_runs
-from benchmarks.telemetry import metrics as M
+from analysis import metrics as M
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

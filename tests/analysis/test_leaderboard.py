@@ -21,7 +21,7 @@ from analysis.leaderboard import (
     studentized_interval,
     t_interval,
 )
-from benchmarks.telemetry.metrics import (
+from analysis.metrics import (
     COMPUTE_FLOPS,
     COMPUTE_WALL_S,
     MEMORY_PEAK_BYTES,

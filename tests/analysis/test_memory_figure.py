@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from analysis import memory_components_table, memory_table
+from analysis import metrics as M
 from analysis.plots import plot_memory
-from benchmarks.telemetry import metrics as M
 
 MIB = 2.0**20
 

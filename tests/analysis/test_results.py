@@ -17,6 +17,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from analysis import load_runs, write_report
+from analysis.metrics import TAG_ROLE
 from analysis.results import (
     MANIFEST,
     TABLES,
@@ -27,7 +28,6 @@ from analysis.results import (
     write_results,
 )
 from benchmarks.cli import main
-from benchmarks.telemetry.metrics import TAG_ROLE
 from testkit.suites import MICRO
 
 REPS = 200  # bootstrap replicates of the reports compared here: equality needs no more

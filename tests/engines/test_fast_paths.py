@@ -9,10 +9,10 @@ import copy
 import pytest
 import torch
 
+from analysis import metrics as M
 from benchmarks.engines import fastdecode
 from benchmarks.engines.teacher_forced import response_logprobs
 from benchmarks.engines.torch_engine import TorchEngine
-from benchmarks.telemetry import metrics as M
 from benchmarks.telemetry.meter import Budget
 from benchmarks.training.modeling import ModelSpec, build_tiny_llama
 from testkit.tolerances import (

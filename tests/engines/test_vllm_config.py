@@ -81,7 +81,7 @@ def test_request_seeds_are_a_function_of_seed_and_index():
 def test_logprob_mismatch_counts_response_tokens_only():
     import torch
 
-    from benchmarks.telemetry import metrics as M
+    from analysis import metrics as M
     from benchmarks.training.trainer import rollout_logprob_mismatch
 
     sampler = torch.tensor([[-1.0, -2.0, 0.0], [-0.5, 0.0, 0.0]])

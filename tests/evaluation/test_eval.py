@@ -21,6 +21,8 @@ import pytest
 import torch
 import yaml
 
+from analysis import metrics as M
+from analysis.metrics import avg_at_name, pass_at_name, pass_ks
 from benchmarks.evaluation.cli import main
 from benchmarks.evaluation.evaluate import TaskEval, evaluate_model, load_model, summarise
 from benchmarks.evaluation.settings import EvalRequest, parse_settings
@@ -28,8 +30,6 @@ from benchmarks.tasks.arith import ArithTask
 from benchmarks.tasks.base import TaskProblem
 from benchmarks.tasks.datasets import DATASETS
 from benchmarks.tasks.grading import Grader
-from benchmarks.telemetry import metrics as M
-from benchmarks.telemetry.metrics import avg_at_name, pass_at_name, pass_ks
 from testkit.paths import needs_data, require_data
 from testkit.stores import last_eval_run
 from testkit.tolerances import fp_tol

@@ -135,7 +135,7 @@ def test_avg_at_k_is_logged_at_its_step_under_its_fraction(tok, tmp_path):
 
     from mlflow.tracking import MlflowClient
 
-    from benchmarks.telemetry import metrics as M
+    from analysis import metrics as M
     from benchmarks.telemetry.tracking import MlflowTracker
 
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
@@ -213,7 +213,7 @@ def test_the_greedy_evaluation_reports_every_item_and_group(tok):
     resamples)."""
     import math
 
-    from benchmarks.telemetry import metrics as M
+    from analysis import metrics as M
 
     task = ArithTask(horizon=[1, 2], eval_size=3)
     trainer = _evaluator(tok, task, eval_k=0, calibration_prompts=0)
@@ -257,7 +257,7 @@ class _NoGroups:
 
 
 def test_a_task_without_groups_reports_the_whole_set(tok):
-    from benchmarks.telemetry import metrics as M
+    from analysis import metrics as M
 
     trainer = _evaluator(tok, ArithTask(horizon=1, eval_size=4), eval_k=0, calibration_prompts=0)
     trainer.evaluator.task = _NoGroups(trainer.task)

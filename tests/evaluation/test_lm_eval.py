@@ -15,6 +15,8 @@ from testkit.stores import last_eval_run
 require_module("lm_eval")  # the `eval` extra; under CI its absence fails
 pytestmark = pytest.mark.usefixtures("one_thread")
 
+from analysis import metrics as M  # noqa: E402
+from analysis.metrics import avg_at_name, pass_at_name  # noqa: E402
 from benchmarks.evaluation.cli import main  # noqa: E402
 from benchmarks.evaluation.evaluate import evaluate_model, load_model  # noqa: E402
 from benchmarks.evaluation.lm_eval import (  # noqa: E402
@@ -24,8 +26,6 @@ from benchmarks.evaluation.lm_eval import (  # noqa: E402
     supported_tasks,
 )
 from benchmarks.evaluation.settings import EvalRequest  # noqa: E402
-from benchmarks.telemetry import metrics as M  # noqa: E402
-from benchmarks.telemetry.metrics import avg_at_name, pass_at_name  # noqa: E402
 
 K = 4
 

@@ -19,12 +19,12 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
+from analysis import metrics as M
 from benchmarks.config import compose_config
 from benchmarks.suite.run import run_suite
 from benchmarks.tasks.arith import ArithTask
 from benchmarks.tasks.datasets import load_dataset
 from benchmarks.tasks.grading import Grader
-from benchmarks.telemetry import metrics as M
 from benchmarks.training.modeling import ModelSpec, build_char_tokenizer, build_tiny_llama
 from testkit.paths import needs_data, require_data
 

@@ -70,6 +70,20 @@ def test_console_script_is_installed():
     assert res.returncode == 2 and "unknown command" in res.stderr
 
 
+def test_the_sweep_commands_come_from_their_entry_points(capsys):
+    """`sweep` and `export --sweep` reach sweeps/ through the installed `sppo_bench.commands`
+    entry points (benchmarks/ never imports sweeps/): a bad spec answers from the sweep's own
+    parser, as the console script would."""
+    from importlib.metadata import entry_points
+
+    from benchmarks.cli import COMMANDS_GROUP
+
+    names = {ep.name: ep.value for ep in entry_points(group=COMMANDS_GROUP)}
+    assert names == {"sweep": "sweeps.cli:main", "export-sweep": "sweeps.cli:export_main"}
+    assert main(["sweep", "no_such_spec"]) == 2
+    assert "no_such_spec" in capsys.readouterr().err
+
+
 def test_sweep_overrides_may_follow_the_options():
     from sweeps.cli import _parser
 

@@ -11,12 +11,12 @@ import math
 import pytest
 
 from algorithms import get_algorithm
+from analysis import metrics as M
 from benchmarks.cli import main as cli_main
 from benchmarks.engines.torch_engine import TorchEngine
 from benchmarks.faults import FAULTS_ENV
 from benchmarks.tasks.arith import ArithTask
 from benchmarks.tasks.grading import DEBUG_ENV, Grader
-from benchmarks.telemetry import metrics as M
 from benchmarks.telemetry.meter import Budget
 from benchmarks.telemetry.tracking import NullTracker
 from benchmarks.training.config import TrainerConfig

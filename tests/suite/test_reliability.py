@@ -17,10 +17,10 @@ from collections import Counter
 
 import pytest
 
+from analysis import metrics as M
 from benchmarks.config import compose_config
 from benchmarks.faults import FAULTS_ENV
 from benchmarks.suite.run import run_suite
-from benchmarks.telemetry import metrics as M
 from testkit.paths import REPO
 from testkit.suites import MICRO
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from algorithms import ConfigError
+from analysis import metrics as M
 from benchmarks.config import compose_config
 from benchmarks.suite.plan import validate
 from benchmarks.suite.run import run_suite
-from benchmarks.telemetry import metrics as M
 from testkit.suites import MICRO
 
 

@@ -19,7 +19,7 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from benchmarks.telemetry import metrics as M
+from analysis import metrics as M
 from testkit.tolerances import fp_tol
 
 

@@ -15,12 +15,12 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from algorithms import ConfigError
+from analysis import metrics as M
 from benchmarks.config import compose_config
 from benchmarks.suite.jobs import WORKER_BYTES, available_memory, resolve_jobs, usable_cpus
 from benchmarks.suite.plan import validate
 from benchmarks.suite.run import run_suite
 from benchmarks.suite.workers import parallel_blocker
-from benchmarks.telemetry import metrics as M
 from testkit.parity import histories, identity
 from testkit.paths import REPO
 from testkit.suites import MICRO

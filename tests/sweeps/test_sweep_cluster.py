@@ -14,7 +14,7 @@ import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 
-from benchmarks.telemetry import metrics as M
+from analysis import metrics as M
 from sweeps import TAG_STUDY, TAG_TRIAL, parse_spec, run_sweep
 from sweeps.cli import main as sweep_main
 from testkit.paths import REPO

@@ -15,8 +15,8 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
+from analysis import metrics as M
 from analysis.tuning import read_tuning, tuning_table
-from benchmarks.telemetry import metrics as M
 from sweeps import (
     TAG_STUDY,
     TAG_TRIAL,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from benchmarks.telemetry import metrics as M
+from analysis import metrics as M
 from benchmarks.telemetry.memory import (
     component_metric,
     module_memory,

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from benchmarks.telemetry import metrics as M
+from analysis import metrics as M
 from benchmarks.telemetry.meter import BUDGET_KINDS, Budget, ComputeMeter, FlopModel
 
 # --- FlopModel by hand ----------------------------------------------------------------------

@@ -10,7 +10,7 @@ import urllib.request
 
 from mlflow.tracking import MlflowClient
 
-from benchmarks.telemetry import metrics as M
+from analysis import metrics as M
 
 
 def _get(base: str, path: str, **params) -> dict:

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from algorithms import ConfigError, get_algorithm
+from analysis import metrics as M
 from benchmarks.evaluation.calibration import (
     ece,
     pearson,
@@ -19,7 +20,6 @@ from benchmarks.evaluation.calibration import (
 )
 from benchmarks.tasks.base import TaskProblem
 from benchmarks.tasks.grading import GradeResult
-from benchmarks.telemetry import metrics as M
 from benchmarks.telemetry.meter import Budget
 from benchmarks.training.config import TrainerConfig
 from benchmarks.training.modeling import build_char_tokenizer, build_tiny_llama

@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from algorithms import get_algorithm, list_algorithms
+from analysis import metrics as M
 from benchmarks.config import compose_config
 from benchmarks.suite.run import run_suite
 from benchmarks.tasks.arith import ArithTask
 from benchmarks.tasks.base import TaskProblem
 from benchmarks.tasks.grading import GradeResult
-from benchmarks.telemetry import metrics as M
 from benchmarks.telemetry.meter import Budget
 from testkit.trainers import MAX_NEW, FirstDigitTask, make_trainer
 

@@ -13,13 +13,13 @@ import pytest
 import torch
 
 from algorithms import ConfigError, get_algorithm
+from analysis import metrics as M
 from benchmarks.config import compose_config
 from benchmarks.engines.fastdecode import LlamaDecoder, prefix_logprobs
 from benchmarks.engines.rollout import encode_prompts
 from benchmarks.engines.teacher_forced import response_logprobs
 from benchmarks.engines.torch_engine import TorchEngine
 from benchmarks.suite.plan import validate
-from benchmarks.telemetry import metrics as M
 from benchmarks.telemetry.meter import Budget
 from benchmarks.training import precision as precision_module
 from benchmarks.training.modeling import build_tiny_llama

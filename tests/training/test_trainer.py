@@ -16,10 +16,10 @@ from algorithms.common import outcome_to_tokens
 from algorithms.dapo import DAPO
 from algorithms.grpo import GRPO
 from algorithms.sppo import SPPO
+from analysis import metrics as M
 from benchmarks import faults
 from benchmarks.tasks.arith import ArithTask
 from benchmarks.tasks.grading import GradeResult
-from benchmarks.telemetry import metrics as M
 from benchmarks.telemetry.meter import Budget, FlopModel
 from benchmarks.telemetry.tracking import NullTracker
 from benchmarks.training.modeling import ValueModel

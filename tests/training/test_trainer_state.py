@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from algorithms import get_algorithm
-from benchmarks.telemetry import metrics as M
+from analysis import metrics as M
 from benchmarks.telemetry.meter import Budget
 from benchmarks.telemetry.tracking import NullTracker
 from benchmarks.training.checkpoint import Checkpointer

@@ -18,7 +18,7 @@ import torch
 from algorithms import Algorithm, AlgorithmConfig, get_algorithm
 from algorithms.common import outcome_to_tokens
 from algorithms.ppo import PPO, PPOConfig
-from benchmarks.telemetry import metrics as M
+from analysis import metrics as M
 from benchmarks.telemetry.meter import Budget, FlopModel
 from testkit.tolerances import fp_tol
 from testkit.trainers import (

@@ -205,7 +205,7 @@ def test_verl_runs_read_like_native_runs(tmp_path):
     from mlflow.tracking import MlflowClient
 
     from analysis import eval_points, load_runs
-    from benchmarks.telemetry import metrics as M
+    from analysis import metrics as M
     from benchmarks.telemetry.tracking import prepare_store
     from benchmarks.verl_engine.metrics import map_verl_run
 

@@ -54,9 +54,9 @@ def test_launch_logs_verl_runs_as_children_and_maps_their_metrics(tmp_path, monk
     from mlflow.tracking import MlflowClient
 
     from analysis import eval_points, load_runs
+    from analysis import metrics as M
     from benchmarks.cli import main
     from benchmarks.tasks.arith import ArithTask
-    from benchmarks.telemetry import metrics as M
     from benchmarks.training.modeling import ModelSpec, build_char_tokenizer, build_tiny_llama
 
     tok = build_char_tokenizer(ArithTask.alphabet)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.telemetry import metrics as M
+from analysis import metrics as M
 from benchmarks.verl_engine.metrics import map_history, map_verl_run
 
 P, N = 4, 8  # prompts per step, samples per prompt

@@ -14,12 +14,12 @@ import math
 import pytest
 import torch
 
+from analysis import metrics as M
 from benchmarks.engines import vllm_engine
 from benchmarks.engines.teacher_forced import response_logprobs
 from benchmarks.engines.torch_engine import TorchEngine
 from benchmarks.engines.vllm_engine import VllmEngine, VllmSettings, save_for_vllm
 from benchmarks.tasks.arith import ArithTask
-from benchmarks.telemetry import metrics as M
 from benchmarks.training.modeling import build_char_tokenizer
 from testkit.paths import require_data
 from testkit.suites import MICRO

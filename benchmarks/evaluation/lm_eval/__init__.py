@@ -76,7 +76,7 @@ def _task_yaml(
             "max_gen_toks": max_new_tokens,
         }
     else:
-        from benchmarks.telemetry.metrics import avg_at_name, pass_at_name, pass_ks
+        from analysis.metrics import avg_at_name, pass_at_name, pass_ks
 
         cfg["generation_kwargs"] = {
             "until": [],

@@ -160,7 +160,7 @@ def _metrics(doc: dict[str, Any], responses: list[str], scores: list[float], sam
             _STATE.verdicts[(pid, answer, r)] = s
     if not sampled:
         return {"accuracy": scores[0]}
-    from benchmarks.telemetry.metrics import avg_at_name, pass_at_name, pass_ks
+    from analysis.metrics import avg_at_name, pass_at_name, pass_ks
 
     n, c = len(scores), round(sum(scores))
     return {avg_at_name(n): c / n, **{pass_at_name(j): pass_at_k(n, c, j) for j in pass_ks(n)}}
