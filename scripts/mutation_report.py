@@ -1,8 +1,9 @@
 """Mutation testing of the algorithms, the trainer's step and the code the suite's numbers pass
 through (SCOPE): run mutmut, then score it.
 
-``make mutants`` runs both steps (docs/mutation.md says what the numbers mean and lists every
-surviving mutant: why it is equivalent, or why it is left alive):
+``make mutants`` runs both steps (docs/mutation.md says what the numbers mean;
+docs/mutation_survivors.yaml lists every surviving mutant: why it is equivalent, or why it is left
+alive):
 
     python scripts/mutation_report.py run --max-children 2   # fresh mutmut run over SCOPE
     python scripts/mutation_report.py report --check          # score per module, fail on news
@@ -17,11 +18,14 @@ functions of a file, but ``mutmut run`` takes mutant-name patterns. So every fun
 ``_update`` and what they call in that file) and of the prompt stream are run, and the rest are
 counted as out of scope; the same for ``start.py`` and ``warmstart.py`` (only the cache key).
 
-The report reads mutmut's result files (``mutants/**/*.py.meta``) and the equivalent mutants
-listed in docs/mutation.md (a table row whose first cell is the mutant's name in backticks). With
+The report reads mutmut's result files (``mutants/**/*.py.meta``) and the mutants listed in
+docs/mutation_survivors.yaml (``equivalent`` and ``surviving``: name, scope, change, why). With
 ``--check`` it fails when a scope misses its target, when a survivor is neither listed as
 equivalent nor as a known survivor (a new one: kill it or justify it), or when a listed mutant
-was killed or no longer exists (mutant numbers shift when a function changes: relist them).
+was killed or no longer exists (mutant numbers shift when a function changes: relist them). A
+malformed entry of the list (a field missing or unknown, a scope that is not one of SCOPE or not
+the name's, a name listed twice, a bold **reason** that ``reasons`` does not define) stops both
+``report`` and ``report --check`` with one line naming the file and the entry.
 """
 
 from __future__ import annotations
@@ -44,7 +48,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 MUTANTS = REPO / "mutants"
-DOC = REPO / "docs" / "mutation.md"
+#: The listed mutants: equivalent ones and known survivors, each with why (``load_listed``).
+LISTED = REPO / "docs" / "mutation_survivors.yaml"
 DATA_ENV = "SPPO_BENCH_DATA"  # benchmarks.tasks.datasets.DATA_DIR_ENV (not imported: no deps)
 
 TRAINER = "benchmarks.training.trainer"
@@ -164,25 +169,107 @@ def load_results() -> dict[str, int | None]:
     return out
 
 
-_NAME = re.compile(r"^\|\s*`([\w.\u01c1]+__mutmut_\d+)`")
+#: The fields of a listed mutant, all required (non-empty strings).
+FIELDS = ("name", "scope", "change", "why")
+#: The lists of LISTED (beside `reasons`, its glossary of the recurring reasons named in bold).
+LISTS = ("equivalent", "surviving")
+_NAME = re.compile(r"^[\w.\u01c1]+__mutmut_\d+$")
+_REASON = re.compile(r"\*\*(.+?)\*\*")
 
 
-def listed(section: str) -> set[str]:
-    """Mutant names in the tables of the docs/mutation.md section whose heading starts with
-    ``section`` (up to the next heading of the same or a higher level)."""
-    names: set[str] = set()
-    inside, level = False, 0
-    for line in DOC.read_text().splitlines():
-        if line.startswith("#"):
-            hashes = len(line) - len(line.lstrip("#"))
-            if inside and hashes <= level:
-                inside = False
-            if line.lstrip("#").strip().startswith(section):
-                inside, level = True, hashes
-            continue
-        if inside and (m := _NAME.match(line)):
-            names.add(m.group(1))
-    return names
+class ListError(ValueError):
+    """A malformed LISTED: the message is one line naming the file and the entry."""
+
+
+@dataclass(frozen=True)
+class Listed:
+    """The mutants LISTED names: ``{name: why}`` per list, and the recurring reasons."""
+
+    equivalent: dict[str, str]
+    surviving: dict[str, str]
+    reasons: dict[str, str]
+
+    @property
+    def names(self) -> set[str]:
+        return set(self.equivalent) | set(self.surviving)
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
+def load_listed(path: Path | None = None) -> Listed:
+    """The equivalent mutants and known survivors of ``path`` (LISTED), checked entry by entry:
+    every field of FIELDS present, a non-empty string, and no other; ``scope`` one of SCOPE and
+    the one the name's patterns fall in; no name twice (in one list or across both); every bold
+    ``**reason**`` of a ``why`` defined under ``reasons``. Raises ListError on the first fault."""
+    import yaml  # here, not at the top: the pytest plugin side of this file needs none of it
+
+    path = LISTED if path is None else path
+    where = _shown(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise ListError(f"{where}: cannot read it ({e.strerror or e})") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ListError(f"{where}{at}: not valid YAML ({problem})") from None
+    if not isinstance(data, dict):
+        raise ListError(f"{where}: a mapping of reasons, {', '.join(LISTS)} expected")
+    unknown = sorted(set(data) - {"reasons", *LISTS}, key=str)
+    if unknown:
+        raise ListError(
+            f"{where}: unknown key {unknown[0]!r} (allowed: reasons, {', '.join(LISTS)})"
+        )
+    reasons = data.get("reasons") or {}
+    if not isinstance(reasons, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in reasons.items()
+    ):
+        raise ListError(f"{where}: reasons: a mapping of reason to a non-empty text expected")
+    out: dict[str, dict[str, str]] = {}
+    seen: dict[str, str] = {}
+    for kind in LISTS:
+        entries = data.get(kind)
+        if entries is None:
+            entries = []
+        if not isinstance(entries, list):
+            raise ListError(f"{where}: {kind}: a list of entries expected")
+        out[kind] = {}
+        for i, entry in enumerate(entries):
+            at = f"{where}: {kind}[{i}]"
+            if not isinstance(entry, dict):
+                raise ListError(f"{at}: a mapping of {', '.join(FIELDS)} expected")
+            name = entry.get("name")
+            if isinstance(name, str):
+                at += f" ({name})"
+            missing = [f for f in FIELDS if f not in entry]
+            if missing:
+                raise ListError(f"{at}: missing field {missing[0]!r}")
+            extra = sorted(set(entry) - set(FIELDS), key=str)
+            if extra:
+                raise ListError(f"{at}: unknown field {extra[0]!r} (allowed: {', '.join(FIELDS)})")
+            for f in FIELDS:
+                if not isinstance(entry[f], str) or not entry[f].strip():
+                    raise ListError(f"{at}: field {f!r} is not a non-empty string")
+            if not _NAME.match(name):
+                raise ListError(f"{at}: not a mutant name (module.function__mutmut_N)")
+            scope = entry["scope"]
+            if scope not in SCOPE:
+                raise ListError(f"{at}: unknown scope {scope!r} (allowed: {', '.join(SCOPE)})")
+            falls = scope_of(name)
+            if falls != scope:
+                inside = "no scope" if falls is None else f"scope {falls!r}"
+                raise ListError(f"{at}: scope {scope!r}, but SCOPE puts the name in {inside}")
+            if name in seen:
+                raise ListError(f"{at}: listed twice (also in {seen[name]})")
+            seen[name] = f"{kind}[{i}]"
+            for reason in _REASON.findall(entry["why"]):
+                if reason not in reasons:
+                    raise ListError(f"{at}: reason **{reason}** is not defined under reasons")
+            out[kind][name] = entry["why"]
+    return Listed(equivalent=out["equivalent"], surviving=out["surviving"], reasons=reasons)
 
 
 def tally(
@@ -395,13 +482,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     return subprocess.run(cmd, cwd=REPO, env=env, check=False).returncode
 
 
-def cmd_report(args: argparse.Namespace) -> int:
-    results = load_results()
-    equivalent = listed("Equivalent mutants")
-    known = listed("Surviving mutants")
-    scopes = _scopes(args)
-    rows, out_of_scope = tally(results, equivalent, scopes)
-    sys.stdout.write(markdown(rows, out_of_scope) + "\n")
+def check(
+    results: dict[str, int | None],
+    listed: Listed,
+    rows: dict[str, dict[str, Row]],
+    partial: bool = False,
+) -> list[str]:
+    """What ``report --check`` fails on, one line each: a scope of ``rows`` below its target, a
+    mutant of it not run or crashed, a survivor ``listed`` does not name, and a listed mutant that
+    no longer exists or was killed (with ``partial``, only those of the scopes in ``rows``: the
+    others were not run)."""
+    where = _shown(LISTED)
     problems: list[str] = []
     for scope, modules in rows.items():
         whole = Row()
@@ -412,17 +503,33 @@ def cmd_report(args: argparse.Namespace) -> int:
         for key in whole.other:
             problems.append(f"{key}: {results[key]!r} (not run, suspicious or crashed)")
         for key in whole.survived:
-            if key not in known:
-                problems.append(f"{key}: survived and not listed in docs/mutation.md")
-                if args.diffs:
-                    sys.stdout.write(f"\n# {key}\n" + "\n".join(changed_lines(key)) + "\n")
-    for key in sorted(equivalent | known):
-        if args.scope and scope_of(key) not in scopes:  # a partial run: the others unseen
+            if key not in listed.names:
+                problems.append(f"{key}: survived and not listed in {where}")
+    for key in sorted(listed.names):
+        if partial and scope_of(key) not in rows:  # a partial run: the others unseen
             continue
         if key not in results:
-            problems.append(f"{key}: listed in docs/mutation.md but no such mutant (renumbered?)")
+            problems.append(f"{key}: listed in {where} but no such mutant (renumbered?)")
         elif results[key] not in _SURVIVED:
-            problems.append(f"{key}: listed in docs/mutation.md but killed (exit {results[key]})")
+            problems.append(f"{key}: listed in {where} but killed (exit {results[key]})")
+    return problems
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    try:
+        listed = load_listed()
+    except ListError as e:
+        sys.exit(f"mutation: {e}")
+    results = load_results()
+    rows, out_of_scope = tally(results, set(listed.equivalent), _scopes(args))
+    sys.stdout.write(markdown(rows, out_of_scope) + "\n")
+    problems = check(results, listed, rows, partial=bool(args.scope))
+    if args.diffs:
+        for modules in rows.values():
+            for row in modules.values():
+                for key in row.survived:
+                    if key not in listed.names:
+                        sys.stdout.write(f"\n# {key}\n" + "\n".join(changed_lines(key)) + "\n")
     for p in problems:
         sys.stderr.write(f"mutation: {p}\n")
     return 1 if (problems and args.check) else 0
