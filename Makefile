@@ -87,7 +87,7 @@ clean:
 # suite's numbers pass through (tasks, warm-start identity, in-training evaluation, prompt stream,
 # verl metrics, the claims' protocol), run with the fast tests that cover them ([tool.mutmut] in
 # pyproject.toml), then the score per module; fails on a target missed or a survivor
-# docs/mutation.md does not list. Not part of `make test` (docs/mutation.md has its wall times).
+# docs/mutation_survivors.yaml does not list. Not part of `make test` (docs/mutation.md has the scores).
 # MUTANT_WORKERS=1 on a busy machine; MUTANT_SCOPE='--scope "verl metrics"' for some scopes only.
 MUTANT_WORKERS ?= 2
 MUTANT_SCOPE ?=
