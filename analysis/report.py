@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -143,6 +144,28 @@ def _items(df: pd.DataFrame, uri: str | None) -> pd.DataFrame:
         return pd.DataFrame(columns=list(ITEM_TABLE_COLUMNS))
 
 
+@dataclass(frozen=True, eq=False)
+class _Report:
+    """What every section reads: the arguments of `write_report`, resolved once."""
+
+    df: pd.DataFrame
+    points: pd.DataFrame
+    metric: str
+    x_axes: tuple[str, ...]
+    fit_x: str | None
+    reference: str
+    reps: int
+    fit_reps: int
+    seed: int
+    uri: str | None
+    claims: list[Claim] | None
+    items: pd.DataFrame
+
+    @property
+    def has_points(self) -> bool:
+        return not self.points.empty and self.metric in self.points.columns
+
+
 def write_report(
     df: pd.DataFrame,
     out_dir: str | Path,
@@ -193,6 +216,32 @@ def write_report(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     w = _Writer(out)
+    r = _prepare(
+        df, metric, x_axes, fit_x, reference, reps, fit_reps, seed, tracking_uri, claims, items
+    )
+    _header_section(w, r, title)
+    _evaluation_sections(w, r)
+    _dynamics_section(w, df, reps, seed)
+    _calibration_sections(w, r, calibration)
+    _resources_section(w, r)
+    return _files_section(w)
+
+
+def _prepare(
+    df: pd.DataFrame,
+    metric: str,
+    x_axes: Sequence[str] | None,
+    fit_x: str | None,
+    reference: str,
+    reps: int,
+    fit_reps: int,
+    seed: int,
+    tracking_uri: str | None,
+    claims: list[Claim] | None | object,
+    items: pd.DataFrame | None,
+) -> _Report:
+    """Defaults that depend on the data (the axes, the fit's axis, the store's claims and items)
+    are settled once here, so that every section agrees on them."""
     points = eval_points(df)
     has_points = not points.empty and metric in points.columns
     if x_axes is None:
@@ -201,11 +250,24 @@ def write_report(
             if has_points
             else []
         )
-    x_axes = list(x_axes)
+    x_axes = tuple(x_axes)
     if fit_x is None and x_axes:
         fit_x = COMPUTE_FLOPS if COMPUTE_FLOPS in x_axes else x_axes[0]
+    uri = tracking_uri or df.attrs.get("tracking_uri")
+    if claims is _FROM_STORE:
+        claims = _declared_claims(df.drop_duplicates("run_id")["run_id"], uri)
+    if items is None:
+        items = _items(df, uri)
+    return _Report(
+        df, points, metric, x_axes, fit_x, reference, reps, fit_reps, seed, uri, claims, items
+    )
 
-    runs = df.drop_duplicates("run_id")
+
+def _header_section(w: _Writer, r: _Report, title: str) -> None:
+    """A reader must know what was compared (runs, seeds, tasks, models, benchmarks) and how
+    intervals are drawn before reading any number."""
+    points = r.points
+    runs = r.df.drop_duplicates("run_id")
     algos = order_algorithms(runs["algorithm"].dropna().unique())
     seeds = runs.groupby("algorithm")["run_id"].nunique().reindex(algos)
     w.lines += [f"# {title}", ""]
@@ -214,172 +276,210 @@ def write_report(
         + ", ".join(f"{a} ({int(seeds[a])})" for a in algos),
         f"- tasks: {', '.join(sorted(map(str, runs['task'].dropna().unique()))) or '–'}; "
         f"models: {', '.join(sorted(map(str, runs['model'].dropna().unique()))) or '–'}",
-        f"- benchmarks: {', '.join(order_datasets(points['dataset'].unique())) if has_points else '–'}"
-        f"; metric: `{metric}`; intervals after the claims: 95% stratified bootstrap over "
+        f"- benchmarks: {', '.join(order_datasets(points['dataset'].unique())) if r.has_points else '–'}"
+        f"; metric: `{r.metric}`; intervals after the claims: 95% stratified bootstrap over "
         "seeds (±1.96 s.e. of the eval with one seed)",
         "",
     ]
-    uri = tracking_uri or df.attrs.get("tracking_uri")
-    if claims is _FROM_STORE:
-        claims = _declared_claims(runs["run_id"], uri)
-    if items is None:
-        items = _items(df, uri)
-    if has_points:
-        _claims_section(w, claims, items, df, seed)
+
+
+def _evaluation_sections(w: _Writer, r: _Report) -> None:
+    """The declared claims come first and alone carry verdicts; every evaluation section after
+    them is exploratory, and all of them need eval points."""
+    if not r.has_points:
+        w.section("Accuracy", f"No `eval/*/{r.metric}` points were logged: nothing to plot.")
+        return
+    _claims_section(w, r.claims, r.items, r.df, r.seed)
+    w.lines += [
+        "Everything after the claims is exploratory: comparisons not declared before the "
+        "run, with no multiplicity control.",
+        "",
+    ]
+    _accuracy_vs_compute_section(w, r)
+    _horizon_section(w, r.points, r.metric, r.reps, r.seed)
+    _final_accuracy_section(w, r)
+    _leaderboard_section(w, r.points, r.items, r.metric, r.reps, r.seed)
+    _fit_section(w, r)
+    _compute_to_target_section(w, r)
+    _aggregates_section(w, r)
+
+
+def _accuracy_vs_compute_section(w: _Writer, r: _Report) -> None:
+    """The benchmark's central question is accuracy per unit of compute, and the answer can
+    differ by axis (FLOPs, tokens, wall-clock): one figure per axis the runs logged."""
+    points, metric = r.points, r.metric
+    n_ds = points["dataset"].nunique()
+    ncols = min(3, n_ds)
+    size = (4.6 * ncols, 3.5 * int(np.ceil(n_ds / ncols)))
+    w.section("Accuracy versus compute")
+    fits: dict[str, pd.DataFrame] = {}
+    for x in r.x_axes:
+        fits[x] = fit_curves(points, x, None, metric, reps=0)
+        dashed = "; dashed: saturating fit" if len(fits[x]) else ""
+        scale = "; log scale past the start point" if x == COMPUTE_FLOPS else ""
+        w.figure(
+            f"accuracy_vs_{_short(x)}",
+            f"{metric} versus {axis_label(x)}: mean over seeds with 95% band{dashed}{scale}",
+            lambda fig, x=x: plot_panels(
+                points, x, metric=metric, fit=fits[x], ncols=ncols, fig=fig, reps=r.reps
+            ),
+            size,
+        )
+
+
+def _final_accuracy_section(w: _Writer, r: _Report) -> None:
+    """The end-of-budget numbers in the paper's Table 1 layout, for a direct comparison."""
+    w.section("Final accuracy (paper Table 1 layout)")
+    acc = accuracy_table(r.points, r.metric, reps=r.reps, seed=r.seed)
+    w.table(
+        "accuracy",
+        f"Final {r.metric} (%), mean over seeds ± half-width of the 95% interval",
+        acc,
+        format_accuracy_table(acc),
+        index=True,
+    )
+
+
+def _fit_section(w: _Writer, r: _Report) -> None:
+    """A final accuracy depends on where the budget stopped; the fit's asymptote and midpoint
+    separate how high an algorithm climbs from how fast."""
+    if r.fit_x is None:
+        return
+    metric, fit_x = r.metric, r.fit_x
+    w.section(
+        "Saturating fit",
+        "R(C) = R0 + (A − R0) / (1 + (C_mid / C)^B) (ScaleRL): A is the asymptotic "
+        f"{metric}, B the steepness, C_mid the compute for half the gain; on "
+        f"{axis_label(fit_x)}, 95% bootstrap intervals; whole tasks only (each group's "
+        "final accuracy is in the horizon section).",
+    )
+    # Per-group datasets (arith_h4, chain_sum_num_terms3) have their own section; their
+    # bootstrapped refits would multiply the report's cost for little information.
+    whole = leaderboard_datasets(r.points)
+    points = r.points[r.points["dataset"].isin(whole)]
+    table = fit_curves(points, fit_x, None, metric, reps=r.fit_reps, seed=r.seed)
+    if table.empty:
         w.lines += [
-            "Everything after the claims is exploratory: comparisons not declared before the "
-            "run, with no multiplicity control.",
+            "No fit: each algorithm needs at least three eval points past the start "
+            "(four without one at zero compute); raise `budget.eval_fractions`.",
             "",
         ]
-    if not has_points:
-        w.section("Accuracy", f"No `eval/*/{metric}` points were logged: nothing to plot.")
+    else:
+        w.table("fits", f"Saturating fit of {metric} versus {axis_label(fit_x)}", table)
 
-    if has_points:
-        n_ds = points["dataset"].nunique()
-        ncols = min(3, n_ds)
-        size = (4.6 * ncols, 3.5 * int(np.ceil(n_ds / ncols)))
-        w.section("Accuracy versus compute")
-        fits: dict[str, pd.DataFrame] = {}
-        for x in x_axes:
-            fits[x] = fit_curves(points, x, None, metric, reps=0)
-            dashed = "; dashed: saturating fit" if len(fits[x]) else ""
-            scale = "; log scale past the start point" if x == COMPUTE_FLOPS else ""
-            w.figure(
-                f"accuracy_vs_{_short(x)}",
-                f"{metric} versus {axis_label(x)}: mean over seeds with 95% band{dashed}{scale}",
-                lambda fig, x=x: plot_panels(
-                    points, x, metric=metric, fit=fits[x], ncols=ncols, fig=fig, reps=reps
-                ),
-                size,
-            )
 
-        _horizon_section(w, points, metric, reps, seed)
-
-        w.section("Final accuracy (paper Table 1 layout)")
-        acc = accuracy_table(points, metric, reps=reps, seed=seed)
-        w.table(
-            "accuracy",
-            f"Final {metric} (%), mean over seeds ± half-width of the 95% interval",
-            acc,
-            format_accuracy_table(acc),
-            index=True,
-        )
-
-        _leaderboard_section(w, points, items, metric, reps, seed)
-
-        if fit_x is not None:
-            w.section(
-                "Saturating fit",
-                "R(C) = R0 + (A − R0) / (1 + (C_mid / C)^B) (ScaleRL): A is the asymptotic "
-                f"{metric}, B the steepness, C_mid the compute for half the gain; on "
-                f"{axis_label(fit_x)}, 95% bootstrap intervals; whole tasks only (each group's "
-                "final accuracy is in the horizon section).",
-            )
-            # Per-group datasets (arith_h4, chain_sum_num_terms3) have their own section; their
-            # bootstrapped refits would multiply the report's cost for little information.
-            whole = leaderboard_datasets(points)
-            table = fit_curves(
-                points[points["dataset"].isin(whole)], fit_x, None, metric, reps=fit_reps, seed=seed
-            )
-            if table.empty:
-                w.lines += [
-                    "No fit: each algorithm needs at least three eval points past the start "
-                    "(four without one at zero compute); raise `budget.eval_fractions`.",
-                    "",
-                ]
-            else:
-                w.table("fits", f"Saturating fit of {metric} versus {axis_label(fit_x)}", table)
-
-        targets = []
-        for x in [a for a in (COMPUTE_ROLLOUT_TOKENS, *x_axes) if a in x_axes]:
-            for ds in order_datasets(points["dataset"].unique()):
-                try:
-                    targets.append(
-                        compute_to_target(
-                            points, x, ds, metric, reference=reference, reps=reps, seed=seed
-                        )
+def _targets(r: _Report) -> list[pd.DataFrame]:
+    """Compute to target on every axis and benchmark where it is defined (rollout tokens first,
+    the axis of the paper's efficiency claim)."""
+    targets = []
+    for x in [a for a in (COMPUTE_ROLLOUT_TOKENS, *r.x_axes) if a in r.x_axes]:
+        for ds in order_datasets(r.points["dataset"].unique()):
+            try:
+                targets.append(
+                    compute_to_target(
+                        r.points, x, ds, r.metric, reference=r.reference, reps=r.reps, seed=r.seed
                     )
-                except ValueError as err:
-                    logger.info("no compute-to-target on %s / %s: %s", ds, x, err)
-        if targets:
-            table = pd.concat(targets, ignore_index=True).drop_duplicates(
-                ["dataset", "algorithm", "x"]
-            )
-            # Sentences for the paper's two efficiency claims (rollout tokens, wall-clock); the
-            # table below has every axis.
-            told = table[table["x"].isin([COMPUTE_ROLLOUT_TOKENS, COMPUTE_WALL_S])]
-            sentences = describe_compute_to_target(told if len(told) else table, reference)
-            w.section(
-                "Compute to target (exploratory)",
-                "Compute at which the mean over seeds first reaches the target (default: the best "
-                "final accuracy among the baselines), interpolated linearly between eval points. "
-                "A ratio is told as fewer or more only when its paired bootstrap interval over "
-                "seeds (each seed's curves, the target baseline's final of that seed; nominal 95%, "
-                "coverage about 90% in simulation) excludes 1 "
-                "(`resolved` in the table); a seed whose curve never reaches the target counts "
-                "at the compute it spent for one end of the interval and as infinite for the other.",
-                *[f"- {s}" for s in sentences],
-            )
-            w.table("compute_to_target", f"Compute to target, relative to {reference}", table)
+                )
+            except ValueError as err:
+                logger.info("no compute-to-target on %s / %s: %s", ds, x, err)
+    return targets
 
-        w.section("Robust aggregates over seeds (rliable; exploratory)")
-        starts = (
-            items.drop_duplicates("run_id").set_index("run_id")["start"].to_dict()
-            if len(items) and "run_id" in items.columns
-            else None
-        )
-        how = (
-            "starts resampled, then runs within a start, as for the claims"
-            if starts is not None
-            else "runs resampled by algorithm"
-        )
-        w.table(
-            "iqm",
-            f"IQM and mean of final {metric} over runs × benchmarks, 95% bootstrap interval "
-            f"({how})",
-            iqm_table(points, metric, reps=reps, seed=seed, starts=starts),
-        )
-        improvement = improvement_table(
-            points, metric, reference=reference, reps=reps, seed=seed, starts=starts
-        )
-        if not improvement.empty:
-            pairing = (
-                "starts resampled, one draw for both algorithms, then runs within a start"
-                if starts is not None
-                else "runs resampled independently"
-            )
-            w.table(
-                "improvement",
-                f"Probability of improvement P({reference} > other) on final {metric}, 95% "
-                f"bootstrap interval ({pairing}); resolved: the interval excludes 0.5, with "
-                "two or more runs a side",
-                improvement,
-            )
 
-    _dynamics_section(w, df, reps, seed)
-    if calibration is None and uri is not None:
+def _compute_to_target_section(w: _Writer, r: _Report) -> None:
+    """The paper's efficiency claims are about the compute needed to reach a baseline's accuracy,
+    not accuracy at a fixed budget."""
+    targets = _targets(r)
+    if not targets:
+        return
+    table = pd.concat(targets, ignore_index=True).drop_duplicates(["dataset", "algorithm", "x"])
+    # Sentences for the paper's two efficiency claims (rollout tokens, wall-clock); the
+    # table below has every axis.
+    told = table[table["x"].isin([COMPUTE_ROLLOUT_TOKENS, COMPUTE_WALL_S])]
+    sentences = describe_compute_to_target(told if len(told) else table, r.reference)
+    w.section(
+        "Compute to target (exploratory)",
+        "Compute at which the mean over seeds first reaches the target (default: the best "
+        "final accuracy among the baselines), interpolated linearly between eval points. "
+        "A ratio is told as fewer or more only when its paired bootstrap interval over "
+        "seeds (each seed's curves, the target baseline's final of that seed; nominal 95%, "
+        "coverage about 90% in simulation) excludes 1 "
+        "(`resolved` in the table); a seed whose curve never reaches the target counts "
+        "at the compute it spent for one end of the interval and as infinite for the other.",
+        *[f"- {s}" for s in sentences],
+    )
+    w.table("compute_to_target", f"Compute to target, relative to {r.reference}", table)
+
+
+def _aggregates_section(w: _Writer, r: _Report) -> None:
+    """Means over a handful of seeds are fragile; the IQM and the probability of improvement
+    (rliable) are the aggregates robust to an outlying run."""
+    w.section("Robust aggregates over seeds (rliable; exploratory)")
+    items, metric, reference = r.items, r.metric, r.reference
+    starts = (
+        items.drop_duplicates("run_id").set_index("run_id")["start"].to_dict()
+        if len(items) and "run_id" in items.columns
+        else None
+    )
+    how = (
+        "starts resampled, then runs within a start, as for the claims"
+        if starts is not None
+        else "runs resampled by algorithm"
+    )
+    w.table(
+        "iqm",
+        f"IQM and mean of final {metric} over runs × benchmarks, 95% bootstrap interval ({how})",
+        iqm_table(r.points, metric, reps=r.reps, seed=r.seed, starts=starts),
+    )
+    improvement = improvement_table(
+        r.points, metric, reference=reference, reps=r.reps, seed=r.seed, starts=starts
+    )
+    if improvement.empty:
+        return
+    pairing = (
+        "starts resampled, one draw for both algorithms, then runs within a start"
+        if starts is not None
+        else "runs resampled independently"
+    )
+    w.table(
+        "improvement",
+        f"Probability of improvement P({reference} > other) on final {metric}, 95% "
+        f"bootstrap interval ({pairing}); resolved: the interval excludes 0.5, with "
+        "two or more runs a side",
+        improvement,
+    )
+
+
+def _calibration_sections(w: _Writer, r: _Report, calibration: pd.DataFrame | None) -> None:
+    """SPPO's premise is a prompt critic whose predicted success is calibrated: shown wherever
+    the runs logged the predictions, read from the store when not given."""
+    if calibration is None and r.uri is not None:
         try:
-            calibration = load_calibration(df, uri)
+            calibration = load_calibration(r.df, r.uri)
         except Exception as err:  # an unreadable artifact store must not cost the whole report
-            logger.warning("calibration tables not read from %s: %s", uri, err)
+            logger.warning("calibration tables not read from %s: %s", r.uri, err)
     if calibration is not None and not calibration.empty:
         _calibration_section(w, calibration)
-    if not calibration_trajectory(df).empty:
+    if not calibration_trajectory(r.df).empty:
         w.figure(
             "calibration_trajectory",
             "Critic calibration over training: Pearson correlation of each critic's prediction "
             "(prompt critic: sigmoid(v(x)); token critic: its value at the first response token) "
             "with the empirical success over k samples per held-out prompt, at every evaluation "
             "point (faint: seeds); dashed: the paper's 0.642 (Fig. 7)",
-            lambda fig: plot_calibration_trajectory(df, fig.subplots()),
+            lambda fig: plot_calibration_trajectory(r.df, fig.subplots()),
             (5.0, 3.6),
         )
 
+
+def _resources_section(w: _Writer, r: _Report) -> None:
+    """Accuracy per unit of compute is half the comparison; the other half is what each
+    algorithm costs to run (compute, peak memory, throughput)."""
+    df = r.df
     w.section("Compute, memory, throughput")
     w.table(
         "summary",
-        f"Suite summary: means over seeds; {metric} averaged over benchmarks; compute at the end",
-        summary_table(df, metric=metric),
+        f"Suite summary: means over seeds; {r.metric} averaged over benchmarks; compute at the end",
+        summary_table(df, metric=r.metric),
     )
     components = memory_components_table(df)
     memory = memory_table(df)
@@ -406,8 +506,12 @@ def write_report(
         w.table("memory", "Peak memory (MiB) and normalised to the largest", memory)
     w.table("throughput", "Rollout throughput (per wall-clock second)", throughput_table(df))
 
+
+def _files_section(w: _Writer) -> Path:
+    """A report directory is also read outside report.md (a paper, MLflow's artifact view): the
+    closing list links every file it holds; then report.md itself is written."""
     w.section("Files", *[f"- [{p.name}]({p.name})" for p in w.files])
-    report = out / "report.md"
+    report = w.out / "report.md"
     report.write_text("\n".join(w.lines).rstrip() + "\n")
     logger.info("wrote %s (%d files)", report, len(w.files) + 1)
     return report
