@@ -450,20 +450,28 @@ def critic_gate_pass_rates(
     return {"min": float(old), "bound": float(new)}
 
 
-#: The designs of docs/statistics.md's gate table: (label, design, threshold). The issue's case
-#: (held-out EV 0.15 on every start against 0.1, eval noise 0.05 and 0.07); learning critics on
-#: the prompt-level Pearson at the levels and start spreads the claims suites measured (their
-#: mean 0.39-0.72, sd over starts 0.12-0.21); the inert critic at the calibrated threshold (the
-#: worst case the calibration allows) and at its measured mean (0.180, sd 0.213).
-GATE_DESIGNS: tuple[tuple[str, CriticDesign, float], ...] = (
-    ("EV 0.15 every start, noise 0.05 (vs 0.1)", CriticDesign(0.15, 0.0, 0.05), 0.1),
-    ("EV 0.15 every start, noise 0.07 (vs 0.1)", CriticDesign(0.15, 0.0, 0.07), 0.1),
-    ("EV 0.15, noise 0.07, 3 late evals (vs 0.1)", CriticDesign(0.15, 0.0, 0.07, 3), 0.1),
-    ("learning: Pearson 0.45, start sd 0.15", CriticDesign(0.45, 0.15, 0.05), 0.303),
-    ("learning: Pearson 0.60, start sd 0.15", CriticDesign(0.60, 0.15, 0.05), 0.303),
-    ("inert at the threshold: 0.303, sd 0.213", CriticDesign(0.303, 0.213, 0.05), 0.303),
-    ("inert as measured: 0.180, sd 0.213", CriticDesign(0.180, 0.213, 0.05), 0.303),
-)
+def gate_designs() -> tuple[tuple[str, CriticDesign, float], ...]:
+    """The designs of docs/statistics.md's gate table: (label, design, threshold). The first
+    three are the case the old EV gate was audited on (held-out EV 0.15 on every start against
+    0.1, eval noise 0.05 and 0.07). Then learning critics on the prompt-level Pearson, at the
+    levels and start spreads the claims suites measured (their mean 0.39-0.72, sd over starts
+    0.12-0.21). Last, the inert critic at the calibrated threshold (the worst case the
+    calibration allows) and at its measured mean and spread. Threshold, mean and spread are
+    read from :mod:`analysis.claims.gates`, so the table follows a recalibration."""
+    from .claims.gates import CRITIC_PEARSON_MIN as T
+    from .claims.gates import INERT_CRITIC_PEARSON
+
+    inert = np.asarray(INERT_CRITIC_PEARSON, float)
+    mean, sd = round(float(inert.mean()), 3), round(float(inert.std(ddof=1)), 3)
+    return (
+        ("EV 0.15 every start, noise 0.05 (vs 0.1)", CriticDesign(0.15, 0.0, 0.05), 0.1),
+        ("EV 0.15 every start, noise 0.07 (vs 0.1)", CriticDesign(0.15, 0.0, 0.07), 0.1),
+        ("EV 0.15, noise 0.07, 3 late evals (vs 0.1)", CriticDesign(0.15, 0.0, 0.07, 3), 0.1),
+        ("learning: Pearson 0.45, start sd 0.15", CriticDesign(0.45, 0.15, 0.05), T),
+        ("learning: Pearson 0.60, start sd 0.15", CriticDesign(0.60, 0.15, 0.05), T),
+        (f"inert at the threshold: {T:.3f}, sd {sd:.3f}", CriticDesign(T, sd, 0.05), T),
+        (f"inert as measured: {mean:.3f}, sd {sd:.3f}", CriticDesign(mean, sd, 0.05), T),
+    )
 
 
 def critic_gate_table(n: int = 4000, seed: int = 0) -> list[str]:
@@ -473,7 +481,7 @@ def critic_gate_table(n: int = 4000, seed: int = 0) -> list[str]:
         "| critic (threshold) | min of 3 | bound, 3 | min of 5 | bound, 5 | min of 10 | bound, 10 |",
         "|---|---|---|---|---|---|---|",
     ]
-    for i, (label, design, threshold) in enumerate(GATE_DESIGNS):
+    for i, (label, design, threshold) in enumerate(gate_designs()):
         cells = []
         for j, starts in enumerate((3, 5, 10)):
             r = critic_gate_pass_rates(design, starts, threshold, n, seed + 100 * i + j)

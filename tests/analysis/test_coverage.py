@@ -27,6 +27,7 @@ import pytest
 
 from analysis.claims.protocol import reached_level
 from analysis.simulate import Design, evaluate, null_design
+from testkit.paths import REPO
 
 N = 1000
 SE = np.sqrt(0.95 * 0.05 / N)
@@ -123,29 +124,41 @@ def test_the_bound_passes_a_learning_critic_more_often_with_more_starts(eval_sd)
 
 
 def test_the_bound_passes_a_learning_pearson_more_often_with_more_starts():
-    """A learning critic on the prompt-level Pearson, at the marginal level the chain_sum
-    critics showed (mean 0.45, start sd 0.15), against the calibrated 0.303."""
+    """A learning critic on the prompt-level Pearson, at the level the claims suites' critics
+    showed (mean 0.60, start sd 0.15), against the calibrated threshold."""
     from analysis.claims.gates import CRITIC_PEARSON_MIN
     from analysis.simulate import CriticDesign, critic_gate_pass_rates
 
-    design = CriticDesign(level=0.45, start_sd=0.15, eval_sd=0.05)
+    design = CriticDesign(level=0.60, start_sd=0.15, eval_sd=0.05)
     five = critic_gate_pass_rates(design, 5, CRITIC_PEARSON_MIN, N_GATE, seed=15)
     ten = critic_gate_pass_rates(design, 10, CRITIC_PEARSON_MIN, N_GATE, seed=20)
-    assert ten["bound"] > five["bound"] + 0.2 and ten["bound"] > 0.8
+    assert ten["bound"] > five["bound"] + 0.1 and ten["bound"] > 0.95
     assert ten["min"] < five["min"]
 
 
 @pytest.mark.parametrize("n_starts", [5, 10])
-@pytest.mark.parametrize("level", [0.303, 0.180])
-def test_the_bound_passes_an_inert_critic_at_most_five_percent(n_starts, level):
-    """An inert critic (sd over starts 0.213, as measured) whose true level is the threshold
-    (the worst case the calibration allows) passes at about 5%, held to 0.05 + 2.33 standard
-    errors; at its measured level (0.180) almost never."""
-    from analysis.claims.gates import CRITIC_PEARSON_MIN
+@pytest.mark.parametrize("at", ["threshold", "measured"])
+def test_the_bound_passes_an_inert_critic_at_most_five_percent(n_starts, at):
+    """An inert critic, with the spread over starts it was measured with, whose true level is
+    the threshold (the worst case the calibration allows) passes at about 5%, held to 0.05 +
+    2.33 standard errors; at its measured level almost never."""
+    from analysis.claims.gates import CRITIC_PEARSON_MIN, INERT_CRITIC_PEARSON
     from analysis.simulate import CriticDesign, critic_gate_pass_rates
 
-    design = CriticDesign(level=level, start_sd=0.213, eval_sd=0.05)
+    inert = np.asarray(INERT_CRITIC_PEARSON)
+    level = CRITIC_PEARSON_MIN if at == "threshold" else inert.mean()
+    design = CriticDesign(level=level, start_sd=inert.std(ddof=1), eval_sd=0.05)
     rate = critic_gate_pass_rates(design, n_starts, CRITIC_PEARSON_MIN, N_GATE, seed=n_starts)
     assert rate["bound"] <= 0.05 + 2.33 * GATE_SE, rate
     if level < CRITIC_PEARSON_MIN:
         assert rate["bound"] < 0.01, rate
+
+
+def test_the_gate_table_on_the_statistics_page_is_what_the_simulation_prints():
+    """docs/statistics.md's pass-rate table is `python -m analysis.simulate gates`'s output
+    line for line (a recalibration changes both or the test fails)."""
+    from analysis.simulate import critic_gate_table
+
+    page = (REPO / "docs" / "statistics.md").read_text()
+    lines = critic_gate_table()
+    assert len(lines) == 9 and all(line in page for line in lines)

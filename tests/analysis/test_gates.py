@@ -23,6 +23,7 @@ from analysis.claims.gates import (
     critic_gate,
     evaluate_gates,
     gate_datasets,
+    inert_critic_statistics,
     late_mean,
     late_means_per_start,
     lower_bound,
@@ -32,11 +33,14 @@ from analysis.claims.gates import (
     untestable,
 )
 from analysis.claims.spec import parse_claims
+from analysis.results import read_results
+from testkit.paths import REPO
 
 HORIZONS = (1, 2, 4, 8)
 ITEMS = 20
 T95_1 = 6.313751514675043  # scipy.stats.t.ppf(0.95, 1)
 T95_4 = 2.131846786326649  # scipy.stats.t.ppf(0.95, 4)
+T95_9 = 1.833112932656237  # scipy.stats.t.ppf(0.95, 9)
 FV = "critic/first_value_pearson"
 EV = "critic/heldout_explained_variance"
 CP = "critic/calibration_pearson"
@@ -184,16 +188,16 @@ def test_the_gain_gate_fires_on_a_group_where_nothing_learns():
 @pytest.mark.parametrize(
     ("values", "failing"),
     [
-        # ppo's Pearson at the inert critic's level on both starts: bound 0.2 < 0.303
+        # ppo's Pearson at the inert critic's level on both starts: bound 0.2 < the threshold
         (
             {("ppo", FV): {"s0": 0.2, "s1": 0.2}, ("sppo", CP): {"s0": 0.5, "s1": 0.5}},
-            f"ppo {FV}, late-eval mean, 95% lower bound over 2 starts = 0.200 (needs >= 0.303)",
+            f"ppo {FV}, late-eval mean, 95% lower bound over 2 starts = 0.200 (needs >= {CRITIC_PEARSON_MIN})",
         ),
         # sppo's critic high on average (0.45) but spread (0.3, 0.6): bound 0.45 - 0.947 < 0
         (
             {("ppo", FV): {"s0": 0.6, "s1": 0.62}, ("sppo", CP): {"s0": 0.3, "s1": 0.6}},
             f"sppo {CP}, late-eval mean, 95% lower bound over 2 starts = "
-            f"{0.45 - T95_1 * 0.15:.3f} (needs >= 0.303)",
+            f"{0.45 - T95_1 * 0.15:.3f} (needs >= {CRITIC_PEARSON_MIN})",
         ),
     ],
 )
@@ -207,7 +211,7 @@ def test_a_gate_whose_metric_was_not_logged_fails_as_not_measured():
     (horizon, _) = _claims(final_min={"sppo": {CP: 0.3}})
     message = untestable(evaluate_gates(horizon, _items(START, LEARNS), None))
     assert message == (
-        f"untestable on this testbed: sppo {CP}, late-eval mean = not measured (needs >= 0.303)"
+        f"untestable on this testbed: sppo {CP}, late-eval mean = not measured (needs >= {CRITIC_PEARSON_MIN})"
     )
 
 
@@ -228,27 +232,28 @@ def test_late_means_per_start_average_each_run_s_late_mean_over_the_start_s_runs
 def test_the_critic_gate_is_the_start_gate_at_the_calibrated_threshold():
     """One statistic and one threshold for every reader: the claims read the bound over starts,
     a sweep the weakest start (confidence None), both against CRITIC_PEARSON_MIN."""
-    per = {"s0": 0.8, "s1": 0.75, "s2": 0.7, "s3": 0.75, "s4": 0.05}
+    per = {"s0": 0.9, "s1": 0.85, "s2": 0.8, "s3": 0.85, "s4": 0.15}
     for confidence in (0.95, None):
         gate = critic_gate("ppo pearson", per, confidence=confidence, beside="ev")
         assert gate == start_gate(
             "ppo pearson", per, CRITIC_PEARSON_MIN, confidence=confidence, beside="ev"
         )
     assert critic_gate("p", per).passes and not critic_gate("p", per, confidence=None).passes
-    assert critic_gate("p", {"s0": 0.303, "s1": 0.4}, confidence=None).passes  # at the threshold
+    at = {"s0": CRITIC_PEARSON_MIN, "s1": 0.5}
+    assert critic_gate("p", at, confidence=None).passes  # at the threshold
 
 
 def test_the_gate_reads_a_bound_of_the_mean_not_the_weakest_start():
-    """Five starts, one idle (0.05): "every start >= 0.303" fails; the bound of the mean
-    (0.61, sd 0.3150: 0.3096) passes. The same values with the weakest start read (a sweep's screen)
+    """Five starts, one idle (0.15): "every start >= 0.378" fails; the bound of the mean
+    (0.71, sd 0.3150: 0.4097) passes. The same values with the weakest start read (a sweep's screen)
     fail, and a one-start reading has no bound."""
-    per = {"s0": 0.8, "s1": 0.75, "s2": 0.7, "s3": 0.75, "s4": 0.05}
+    per = {"s0": 0.9, "s1": 0.85, "s2": 0.8, "s3": 0.85, "s4": 0.15}
     v = np.array(list(per.values()))
     gate = start_gate("pearson", per, CRITIC_PEARSON_MIN)
     assert gate.value == pytest.approx(v.mean() - T95_4 * v.std(ddof=1) / math.sqrt(5), abs=1e-12)
-    assert gate.value == pytest.approx(0.3096, abs=1e-4) and gate.passes
+    assert gate.value == pytest.approx(0.4097, abs=1e-4) and gate.passes
     weakest = start_gate("pearson", per, CRITIC_PEARSON_MIN, confidence=None)
-    assert weakest.name == "pearson, weakest of 5 starts (s4)" and weakest.value == 0.05
+    assert weakest.name == "pearson, weakest of 5 starts (s4)" and weakest.value == 0.15
     assert not weakest.passes
     one = start_gate("pearson", {"s0": 0.5}, CRITIC_PEARSON_MIN)
     assert one.value == 0.5 and one.passes and "no bound" in one.detail
@@ -259,13 +264,18 @@ def test_the_gate_reads_a_bound_of_the_mean_not_the_weakest_start():
 
 def test_the_threshold_is_the_inert_critic_s_upper_bound():
     """The shipped threshold is what :func:`calibrate_threshold` gives on the inert critic's
-    measured Pearsons: their mean 0.180 plus t(0.95, 9) x sd 0.213 / sqrt(10)."""
+    statistics, and those are what the committed leaderboard_arith starts give: recomputed from
+    the results sets, the same late-eval means the gate reads."""
+    rs = read_results(sorted((REPO / "results" / "leaderboard_arith").glob("s*")))
+    measured = inert_critic_statistics(rs.items, rs.tidy())
+    assert list(measured) == [f"s{k}" for k in range(10, 20)]
+    assert list(measured.values()) == pytest.approx(INERT_CRITIC_PEARSON, abs=1e-6)
+    assert calibrate_threshold(list(measured.values())) == CRITIC_PEARSON_MIN
     v = np.array(INERT_CRITIC_PEARSON)
-    assert len(v) == 10 and v.mean() == pytest.approx(0.17986, abs=1e-5)
-    assert calibrate_threshold(INERT_CRITIC_PEARSON) == CRITIC_PEARSON_MIN == 0.303
+    half = T95_9 * v.std(ddof=1) / math.sqrt(10)
+    assert CRITIC_PEARSON_MIN == round(v.mean() + half, 3)
     # an inert critic at its own measured level fails the gate
-    inert = dict(zip([f"s{i}" for i in range(10)], v, strict=True))
-    assert not start_gate("pearson", inert, CRITIC_PEARSON_MIN).passes
+    assert not start_gate("pearson", measured, CRITIC_PEARSON_MIN).passes
     with pytest.raises(ValueError, match="two or more"):
         calibrate_threshold([0.1])
 
