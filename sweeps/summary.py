@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import pandas as pd
 from mlflow.entities import Metric
 from optuna.importance import FanovaImportanceEvaluator, get_param_importances
 from optuna.trial import TrialState
 
+from analysis import to_markdown
 from sweeps.spec import SweepSpec
 from sweeps.storage import ATTR_ADMISSIBLE, ATTR_ERROR, Studies, interrupted
 
@@ -187,8 +189,65 @@ def _fmt(v: Any) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
+#: The columns of the two tables (named also when there is no row).
+_BEST_COLUMNS = "algorithm best trial complete admissible pruned failed parameters".split()
+_TRIAL_COLUMNS = [
+    *"algorithm trial state value".split(),
+    *("per start", "admissible", "final metrics", "parameters"),
+]
+
+
+def _params_text(params: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={_fmt(v)}" for k, v in params.items()) or "-"
+
+
+def _best_table(best: list[BestTrial]) -> pd.DataFrame:
+    """The best trial per algorithm; the trial counts stay numbers (right-aligned by
+    :func:`analysis.to_markdown`), the rest is the summary's own text."""
+    rows = [
+        {
+            "algorithm": b.algorithm,
+            "best": "-" if b.value is None else f"{b.value:.4f}",
+            "trial": "-" if b.number is None else str(b.number),
+            "complete": b.complete,
+            "admissible": b.admissible,
+            "pruned": b.pruned,
+            "failed": b.failed,
+            "parameters": _params_text(b.params),
+        }
+        for b in best
+    ]
+    return pd.DataFrame(rows, columns=_BEST_COLUMNS)
+
+
+def _trials_table(trials: list[dict[str, Any]]) -> pd.DataFrame:
+    """Every trial, one row each, as the summary's text."""
+    rows = []
+    for r in trials:
+        per = r["values_per_start"]
+        finals = ", ".join(
+            f"{k}={'-' if v is None else f'{v:.3f}'}"
+            + _per_start_text(r["finals_per_start"].get(k))
+            for k, v in r["finals"].items()
+        )
+        rows.append(
+            {
+                "algorithm": r["algorithm"],
+                "trial": str(r["number"]),
+                "state": r["state"],
+                "value": "-" if r["value"] is None else f"{r['value']:.4f}",
+                "per start": "-" if not per else " / ".join(f"{v:.3f}" for v in per),
+                "admissible": {None: "-", True: "yes", False: "no"}[r["admissible"]],
+                "final metrics": finals or "-",
+                "parameters": _params_text(r["params"]),
+            }
+        )
+    return pd.DataFrame(rows, columns=_TRIAL_COLUMNS)
+
+
 def render_markdown(result: SweepResult) -> str:
-    """The best-trial table and the importances, as Markdown (logged to the parent run)."""
+    """The best-trial table, every trial and the importances, as Markdown (logged to the parent
+    run); the tables are written by :func:`analysis.to_markdown`."""
     lines = [
         f"# Sweep {result.name}",
         "",
@@ -198,17 +257,8 @@ def render_markdown(result: SweepResult) -> str:
         "",
         "## Best trial per algorithm",
         "",
-        "| algorithm | best | trial | complete | admissible | pruned | failed | parameters |",
-        "|---|---|---|---|---|---|---|---|",
+        to_markdown(_best_table(result.best)).rstrip("\n"),
     ]
-    for b in result.best:
-        params = ", ".join(f"{k}={_fmt(v)}" for k, v in b.params.items()) or "-"
-        value = "-" if b.value is None else f"{b.value:.4f}"
-        number = "-" if b.number is None else str(b.number)
-        lines.append(
-            f"| {b.algorithm} | {value} | {number} | {b.complete} | {b.admissible} | {b.pruned} "
-            f"| {b.failed} | {params} |"
-        )
     if result.trials:
         lines += [
             "",
@@ -222,25 +272,8 @@ def render_markdown(result: SweepResult) -> str:
             "Only admissible trials can be best. Per start: the objective of each independent "
             "start.",
             "",
-            "| algorithm | trial | state | value | per start | admissible | final metrics | "
-            "parameters |",
-            "|---|---|---|---|---|---|---|---|",
+            to_markdown(_trials_table(result.trials)).rstrip("\n"),
         ]
-        for r in result.trials:
-            value = "-" if r["value"] is None else f"{r['value']:.4f}"
-            per = r["values_per_start"]
-            per = "-" if not per else " / ".join(f"{v:.3f}" for v in per)
-            ok = {None: "-", True: "yes", False: "no"}[r["admissible"]]
-            finals = ", ".join(
-                f"{k}={'-' if v is None else f'{v:.3f}'}"
-                + _per_start_text(r["finals_per_start"].get(k))
-                for k, v in r["finals"].items()
-            )
-            params = ", ".join(f"{k}={_fmt(v)}" for k, v in r["params"].items()) or "-"
-            lines.append(
-                f"| {r['algorithm']} | {r['number']} | {r['state']} | {value} | {per} | {ok} | "
-                f"{finals or '-'} | {params} |"
-            )
     lines += ["", "## Parameter importances (fANOVA)", ""]
     for study, imp in result.importances.items():
         if isinstance(imp, str):

@@ -31,6 +31,7 @@ from sweeps import (
 from sweeps.cli import main as sweep_main
 from sweeps.export import export_tuning
 from sweeps.spec import task_eval_name
+from sweeps.summary import BestTrial, SweepResult, render_markdown
 from testkit.paths import require_data
 from testkit.suites import MICRO
 
@@ -174,6 +175,9 @@ def test_parallel_sweep_two_workers_with_a_failing_trial(tmp_path, base, caplog)
 
     table = result.summary_md.read_text()
     assert "| sppo | 0." in table and "| grpo | 0." in table
+    # one failed, one complete sppo trial: the counts right-aligned by analysis.to_markdown
+    assert "| :--- | :--- | :--- | ---: | ---: | ---: | ---: | :--- |" in table
+    assert "| 1 | 1 | 0 | 1 |" in table
     assert {b.algorithm: (b.complete, b.failed) for b in result.best} == {
         "sppo": (1, 1),
         "grpo": (2, 0),
@@ -404,6 +408,92 @@ def test_cli_reports_a_spec_error_with_status_2(tmp_path, capsys):
     path.write_text(yaml.safe_dump({"algorithms": ["sppo"], "trials": 1, "search_space": {}}))
     assert sweep_main([str(path)]) == 2
     assert "search_space" in capsys.readouterr().err
+
+
+def _summary_tables(md: str) -> list[list[list[str]]]:
+    """The Markdown tables of ``md``, each as rows of cells (split on unescaped pipes)."""
+    tables: list[list[list[str]]] = []
+    previous = ""
+    for line in md.splitlines():
+        if line.startswith("|"):
+            cells = [c.strip() for c in line.replace("\\|", "\0").strip("|").split("|")]
+            row = [c.replace("\0", "|") for c in cells]
+            if not previous.startswith("|"):
+                tables.append([])
+            tables[-1].append(row)
+        previous = line
+    return tables
+
+
+def test_the_summary_tables_show_every_trial_through_the_analysis_writer():
+    """The summary's two tables, written by analysis.to_markdown: the best value and trial
+    counts per algorithm (``-`` where none completed), and every trial's state, value, starts,
+    admissibility and final metrics; a pipe in a parameter stays inside its cell."""
+    result = SweepResult(
+        name="demo",
+        studies=["demo-sppo", "demo-grpo"],
+        storage="sqlite:///demo.db",
+        tracking_uri="file:/tmp/mlruns",
+        experiment="demo",
+        parent_run_id="p",
+        output_dir=Path("out"),
+        metric="eval/arith/accuracy",
+        direction="maximize",
+        best=[
+            BestTrial("sppo", "demo-sppo", 0.61234, 3, {"actor_lr": 1e-4}, "r3", 1, 0, 1, 1),
+            BestTrial("grpo", "demo-grpo", None, None, {}, None, 0, 1, 1),
+        ],
+        states={"COMPLETE": 1, "FAIL": 2, "PRUNED": 1},
+        trials=[
+            {
+                "algorithm": "sppo",
+                "number": 3,
+                "state": "COMPLETE",
+                "value": 0.61234,
+                "values_per_start": [0.7, 0.52468],
+                "admissible": True,
+                "finals": {"critic_gate": 0.41234, "rollout_samples": None},
+                "finals_per_start": {"critic_gate": {"s0": 0.41234, "s1": 0.45}},
+                "params": {"actor_lr": 1e-4, "kind": "a|b"},
+            },
+            {
+                "algorithm": "grpo",
+                "number": 0,
+                "state": "FAIL",
+                "value": None,
+                "values_per_start": None,
+                "admissible": None,
+                "finals": {},
+                "finals_per_start": {},
+                "params": {"actor_lr": 3e-4},
+            },
+        ],
+        importances={"demo-sppo": "needs at least 2 complete trials, has 1"},
+    )
+    md = render_markdown(result)
+    best, trials = _summary_tables(md)
+    assert best == [
+        ["algorithm", "best", "trial", "complete", "admissible", "pruned", "failed", "parameters"],
+        [":---", ":---", ":---", "---:", "---:", "---:", "---:", ":---"],
+        ["sppo", "0.6123", "3", "1", "1", "0", "1", "actor_lr=0.0001"],
+        ["grpo", "-", "-", "0", "0", "1", "1", "-"],
+    ]
+    assert trials[:2] == [
+        ["algorithm", "trial", "state", "value", "per start", "admissible", "final metrics"]
+        + ["parameters"],
+        [":---"] * 8,
+    ]
+    assert trials[2:] == [
+        ["sppo", "3", "COMPLETE", "0.6123", "0.700 / 0.525", "yes"]
+        + ["critic_gate=0.412 (s0 0.412 / s1 0.450), rollout_samples=-"]
+        + ["actor_lr=0.0001, kind=a|b"],
+        ["grpo", "0", "FAIL", "-", "-", "-", "-", "actor_lr=0.0003"],
+    ]
+    assert "Trials by state: COMPLETE 1, FAIL 2, PRUNED 1" in md
+    assert "- `demo-sppo`: needs at least 2 complete trials, has 1" in md
+    result.trials = []
+    assert "## Every trial" not in render_markdown(result)
+    assert len(_summary_tables(render_markdown(result))) == 1
 
 
 def test_objective_value_final_accuracy_and_auc():
