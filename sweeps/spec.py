@@ -4,10 +4,11 @@ A spec names the algorithms to tune, the Hydra overrides every trial starts from
 space (Hydra override paths, ``{alg}`` standing for the trial's algorithm), the objective, the
 number of trials, the per-trial budget, the sampler and the pruner. Validation happens in two
 passes, both before the Optuna storage or MLflow are touched: :func:`parse_spec` checks the
-structure (types, ranges, names of samplers, pruners and their options), :func:`check_spec`
-composes the suite config once per algorithm and checks every path, the metric and one point of
-the search space against the suite's own validation. Every error names the field, the bad value
-and what is allowed.
+structure, its scalars (types, ranges, allowed names) through the config kit that checks the
+trainer's and the plan's settings (:mod:`algorithms.configkit`); :func:`check_spec` composes the
+suite config once per algorithm and checks every path, the metric and one point of the search
+space against the suite's own validation. Every error names the field, the bad value and what is
+allowed.
 
     algorithms: [sppo, ppo, grpo, dapo]
     equal_effort: true                 # a study per algorithm, trials split equally
@@ -48,12 +49,14 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
-import math
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from algorithms.configkit import ConfigError, check_type, config_value
 
 __all__ = [
     "ALG",
@@ -106,7 +109,12 @@ _TOP_KEYS = (
     "starts",
     "admissible",
 )
-_PARAM_KEYS = ("type", "low", "high", "log", "step", "choices", "when_algorithm")
+#: Parameter type -> the keys its range may have.
+_PARAM_KEYS = {
+    "float": ("type", "low", "high", "log", "step", "when_algorithm"),
+    "int": ("type", "low", "high", "log", "step", "when_algorithm"),
+    "categorical": ("type", "choices", "when_algorithm"),
+}
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.([A-Za-z_][A-Za-z0-9_]*|\{alg\}))*$")
 _METRIC = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+$")
@@ -117,8 +125,12 @@ CRITIC_GATE = "critic_gate"
 _RESERVED = ("seeds", "algorithm", "tracking", "suite.report", "output_dir", "threads")
 
 
-class SpecError(ValueError):
-    """A sweep spec is invalid; the message names the field, the value and what is allowed."""
+class SpecError(ConfigError):
+    """A sweep spec is invalid; the message names the field, the value and what is allowed.
+
+    A :class:`ConfigError` (so a ``ValueError``) of the config kit that checks the spec's values,
+    so a caller that catches the kit's errors catches the spec's too.
+    """
 
 
 @dataclass(frozen=True)
@@ -281,9 +293,30 @@ def _fail(field_name: str, value: Any, problem: str, allowed: Any = None) -> Spe
     return SpecError(msg)
 
 
+def _value(key: str, value: Any, tp: Any, why: str = "", **bounds: float) -> Any:
+    """The kit's :func:`config_value`, raising :class:`SpecError`.
+
+    YAML types its scalars, so text where a number is due (``trials: "4"``) is a slip the spec
+    refuses, though the kit, which also reads environment variables, would take it for the number.
+    """
+    try:
+        if isinstance(value, str) and tp in (int, float):
+            check_type(key, value, tp)  # raises: text is not a number in a spec
+        return config_value(key, value, tp, **bounds)
+    except ConfigError as e:
+        raise SpecError(f"{e} ({why})" if why else str(e)) from None
+
+
+def _keys(
+    where: str, node: Mapping[Any, Any], keys: Sequence[str], why: str = "unknown key"
+) -> None:
+    """Refuse a key of ``node`` outside ``keys``: a misspelt setting would otherwise be ignored."""
+    for k in node:
+        _value(f"{where}{k}", k, Literal[tuple(keys)], why)
+
+
 def _check_trials(trials: Any, algorithms: Sequence[str], equal_effort: bool, where: str) -> int:
-    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
-        raise _fail(where, trials, "must be an integer >= 1")
+    _value(where, trials, int, ge=1)
     k = len(algorithms)
     if equal_effort and k > 1 and trials % k:
         raise _fail(
@@ -304,12 +337,16 @@ def _str_list(data: Mapping[str, Any], key: str, default: Sequence[str] = ()) ->
     return tuple(value)
 
 
-def _number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+def _number(key: str, value: Any, kind: str, why: str = "", **bounds: float) -> int | float:
+    """A range's end or step: a finite number, and a whole one (kept an int) for an int
+    parameter, where YAML's ``2.0`` counts as 2."""
+    number = _value(key, value, float, why, **bounds)
+    if kind == "int" and number != int(number):
+        raise _fail(key, value, "an int parameter needs an integer")
+    return int(value) if kind == "int" else number
 
 
-def _parse_param(path: str, node: Any, algorithms: tuple[str, ...]) -> ParamSpec:
-    where = f"search_space.{path}"
+def _check_path(path: Any, algorithms: tuple[str, ...]) -> None:
     if not isinstance(path, str) or not _PATH.match(path):
         raise _fail(
             "search_space",
@@ -320,115 +357,72 @@ def _parse_param(path: str, node: Any, algorithms: tuple[str, ...]) -> ParamSpec
         raise _fail(
             "search_space", path, "set by the sweep itself", f"any path but {list(_RESERVED)}"
         )
+    m = _ALG_PATH.match(path)
+    if m and m.group(1) != ALG:
+        why = "the path names an algorithm the sweep does not run"
+        _value(f"search_space.{path}", m.group(1), Literal[algorithms], why)
+
+
+def _choices(key: str, choices: Any) -> tuple[Any, ...]:
+    if not isinstance(choices, list | tuple) or not choices:
+        raise _fail(key, choices, "must be a non-empty list")
+    for c in choices:
+        if c is not None and not isinstance(c, bool | int | float | str):
+            raise _fail(key, c, "choices must be null, bool, int, float or str")
+    if len(set(map(repr, choices))) != len(choices):
+        raise _fail(key, list(choices), "contains duplicates")
+    return tuple(choices)
+
+
+def _parse_param(path: str, node: Any, algorithms: tuple[str, ...]) -> ParamSpec:
+    _check_path(path, algorithms)
+    where = f"search_space.{path}"
     if not isinstance(node, Mapping):
         raise _fail(
             where, node, "must be a mapping such as {type: float, low: 1e-5, high: 1e-3, log: true}"
         )
-    unknown = sorted(set(node) - set(_PARAM_KEYS))
-    if unknown:
-        raise _fail(f"{where}.{unknown[0]}", node[unknown[0]], "unknown key", list(_PARAM_KEYS))
-    kind = node.get("type")
-    if kind not in PARAM_TYPES:
-        raise _fail(f"{where}.type", kind, "unknown parameter type", list(PARAM_TYPES))
+    kind = _value(f"{where}.type", node.get("type"), Literal[PARAM_TYPES])
+    _keys(f"{where}.", node, _PARAM_KEYS[kind], f"the keys of a {kind} parameter")
     when = node.get("when_algorithm")
     if when is not None:
         if not isinstance(when, list | tuple) or not when:
             raise _fail(f"{where}.when_algorithm", when, "must be a non-empty list of algorithms")
-        for a in when:
-            if a not in algorithms:
-                raise _fail(
-                    f"{where}.when_algorithm",
-                    a,
-                    "not one of the sweep's algorithms",
-                    list(algorithms),
-                )
-        when = tuple(when)
-    m = _ALG_PATH.match(path)
-    if m and m.group(1) != ALG and m.group(1) not in algorithms:
-        raise _fail(
-            "search_space",
-            path,
-            f"names algorithm {m.group(1)!r}, which the sweep does not run",
-            list(algorithms),
-        )
-    log = node.get("log", False)
-    if not isinstance(log, bool):
-        raise _fail(f"{where}.log", log, "must be true or false")
+        when = tuple(_value(f"{where}.when_algorithm", a, Literal[algorithms]) for a in when)
     if kind == "categorical":
-        for k in ("low", "high", "log", "step"):
-            if k in node:
-                raise _fail(
-                    f"{where}.{k}", node[k], "not used by a categorical parameter", "choices"
-                )
-        choices = node.get("choices")
-        if not isinstance(choices, list | tuple) or not choices:
-            raise _fail(f"{where}.choices", choices, "must be a non-empty list")
-        for c in choices:
-            if c is not None and not isinstance(c, bool | int | float | str):
-                raise _fail(f"{where}.choices", c, "choices must be null, bool, int, float or str")
-        if len(set(map(repr, choices))) != len(choices):
-            raise _fail(f"{where}.choices", list(choices), "contains duplicates")
-        return ParamSpec(path, kind, choices=tuple(choices), when_algorithm=when)
-    if "choices" in node:
-        raise _fail(
-            f"{where}.choices", node["choices"], f"only for categorical parameters (type is {kind})"
-        )
-    low, high, step = node.get("low"), node.get("high"), node.get("step")
-    for k, v in (("low", low), ("high", high)):
-        if not _number(v):
-            raise _fail(f"{where}.{k}", v, f"a {kind} parameter needs a finite number")
-        if kind == "int" and int(v) != v:
-            raise _fail(f"{where}.{k}", v, "an int parameter needs an integer")
-    if low > high:
-        raise _fail(f"{where}.low", low, f"must be <= high ({high})")
-    if log and low <= 0:
-        raise _fail(f"{where}.low", low, "a log-scale range needs low > 0")
+        choices = _choices(f"{where}.choices", node.get("choices"))
+        return ParamSpec(path, kind, choices=choices, when_algorithm=when)
+    log = _value(f"{where}.log", node.get("log", False), bool)
+    low = _number(f"{where}.low", node.get("low"), kind)
+    high = _number(f"{where}.high", node.get("high"), kind)
+    _value(f"{where}.low", node["low"], float, "at most the range's high", le=high)
+    if log:
+        _value(f"{where}.low", node["low"], float, "a log-scale range", gt=0)
+    step = node.get("step")
     if step is not None:
-        if not _number(step) or step <= 0 or (kind == "int" and int(step) != step):
-            raise _fail(
-                f"{where}.step",
-                step,
-                f"must be a positive {'integer' if kind == 'int' else 'number'}",
-            )
+        step = _number(f"{where}.step", step, kind, "a step", gt=0)
         if log:
-            raise _fail(f"{where}.step", step, "Optuna does not combine step with log=true")
-    if kind == "int":
-        low, high = int(low), int(high)
-        step = None if step is None else int(step)
-    else:
-        low, high = float(low), float(high)
-        step = None if step is None else float(step)
+            raise _fail(f"{where}.step", node["step"], "Optuna does not combine step with log=true")
     return ParamSpec(path, kind, low, high, log, step, None, when)
 
 
-def _parse_component(
-    data: Mapping[str, Any],
-    key: str,
-    default: str,
-    names: Sequence[str],
-    classes: Mapping[str, str | None],
-) -> ComponentSpec:
+def _parse_component(data: Mapping[str, Any], key: str, default: str) -> ComponentSpec:
+    """A sampler or pruner, its options checked against the Optuna class's own signature, so a
+    misspelt option fails here rather than when the study is created."""
     import optuna
 
+    names = list(SAMPLERS if key == "sampler" else PRUNERS)
     node = data.get(key, default)
     if isinstance(node, str) or node is None:
         node = {"type": node}
     if not isinstance(node, Mapping):
-        raise _fail(
-            key, node, "must be a name or a mapping {type: ..., <option>: ...}", list(names)
-        )
-    kind = node.get("type")
-    if kind not in names:
-        raise _fail(f"{key}.type" if len(node) > 1 else key, kind, f"unknown {key}", list(names))
+        raise _fail(key, node, "must be a name or a mapping {type: ..., <option>: ...}", names)
+    kind = _value(f"{key}.type" if len(node) > 1 else key, node.get("type"), Literal[tuple(names)])
     options = {k: v for k, v in node.items() if k != "type"}
-    cls_name = classes[kind] if key == "pruner" else SAMPLERS[kind][0]
+    cls_name = SAMPLERS[kind][0] if key == "sampler" else PRUNERS[kind]
     if cls_name is None:
         if options:
-            raise _fail(
-                f"{key}.{next(iter(options))}",
-                next(iter(options.values())),
-                f"{kind} takes no options",
-            )
+            k = next(iter(options))
+            raise _fail(f"{key}.{k}", options[k], f"{kind} takes no options")
         return ComponentSpec(kind)
     module = optuna.pruners if key == "pruner" else optuna.samplers
     sig = inspect.signature(getattr(module, cls_name).__init__)
@@ -437,40 +431,26 @@ def _parse_component(
         for n, p in sig.parameters.items()
         if n not in ("self", "seed") and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
     )
+    if "seed" in options:
+        raise _fail(f"{key}.seed", options["seed"], "set by the spec's top-level `seed`", allowed)
+    _keys(f"{key}.", options, allowed, f"the options of {module.__name__}.{cls_name}")
     for k, v in options.items():
-        if k not in allowed:
-            why = (
-                "set by the spec's top-level `seed`"
-                if k == "seed"
-                else f"not an option of optuna.{module.__name__.split('.')[-1]}.{cls_name}"
-            )
-            raise _fail(f"{key}.{k}", v, why, allowed)
         if v is not None and not isinstance(v, bool | int | float | str):
             raise _fail(
                 f"{key}.{k}", v, "options must be scalars (callables are not expressible in YAML)"
             )
-    if key == "sampler":
-        for mod in SAMPLERS[kind][1]:
-            if importlib.util.find_spec(mod) is None:
-                raise _fail(
-                    key,
-                    kind,
-                    f"needs the `{mod}` package, which is not installed (pip install {mod})",
-                    [n for n in names if n != kind],
-                )
+    for mod in SAMPLERS[kind][1] if key == "sampler" else ():
+        if importlib.util.find_spec(mod) is None:
+            raise _fail(
+                key,
+                kind,
+                f"needs the `{mod}` package, which is not installed (pip install {mod})",
+                [n for n in names if n != kind],
+            )
     return ComponentSpec(kind, tuple(sorted(options.items())))
 
 
-def parse_spec(data: Mapping[str, Any], *, name: str = "sweep") -> SweepSpec:
-    """Check a spec's structure and build the :class:`SweepSpec` (no config is composed)."""
-    if not isinstance(data, Mapping):
-        raise _fail("spec", type(data).__name__, "a sweep spec is a YAML mapping", list(_TOP_KEYS))
-    unknown = sorted(set(data) - set(_TOP_KEYS))
-    if unknown:
-        raise _fail(unknown[0], data[unknown[0]], "unknown key", list(_TOP_KEYS))
-    name = data.get("name", name)
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise _fail("name", name, "must be letters, digits, '_', '.' or '-'")
+def _parse_algorithms(data: Mapping[str, Any]) -> tuple[str, ...]:
     algorithms = _str_list(data, "algorithms")
     if not algorithms:
         raise _fail(
@@ -481,9 +461,11 @@ def parse_spec(data: Mapping[str, Any], *, name: str = "sweep") -> SweepSpec:
     for a in algorithms:
         if not _NAME.match(a) or "." in a:
             raise _fail("algorithms", a, "not an algorithm name")
-    equal_effort = data.get("equal_effort", True)
-    if not isinstance(equal_effort, bool):
-        raise _fail("equal_effort", equal_effort, "must be true or false")
+    return algorithms
+
+
+def _parse_overrides(data: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The base and budget overrides; each trial sets its own algorithm, so neither may."""
     base = _str_list(data, "base_overrides")
     for o in base:
         if o.lstrip("+~").split("=", 1)[0] == "algorithm":
@@ -499,7 +481,12 @@ def parse_spec(data: Mapping[str, Any], *, name: str = "sweep") -> SweepSpec:
                 "holds only budget overrides",
                 "budget=<kind>, budget.limit=..., budget.eval_fractions=[...]",
             )
-    space = data.get("search_space")
+    return base, budget
+
+
+def _parse_space(
+    space: Any, algorithms: tuple[str, ...], equal_effort: bool
+) -> tuple[ParamSpec, ...]:
     if not isinstance(space, Mapping) or not space:
         raise _fail("search_space", space, "must be a non-empty mapping of config path -> range")
     params = tuple(_parse_param(k, v, algorithms) for k, v in space.items())
@@ -510,31 +497,41 @@ def parse_spec(data: Mapping[str, Any], *, name: str = "sweep") -> SweepSpec:
                 sorted(space),
                 f"no parameter applies to {a}: its study would search nothing",
             )
-    obj = data.get("objective")
+    return params
+
+
+def _parse_objective(obj: Any) -> ObjectiveSpec:
     if not isinstance(obj, Mapping):
         raise _fail("objective", obj, "must be a mapping {metric: ..., direction: ...}")
-    unknown = sorted(set(obj) - {"metric", "direction"})
-    if unknown:
-        raise _fail(
-            f"objective.{unknown[0]}", obj[unknown[0]], "unknown key", ["metric", "direction"]
-        )
+    _keys("objective.", obj, ("metric", "direction"))
     metric = obj.get("metric")
     if not isinstance(metric, str) or not (
         metric == "auc" or re.match(r"^eval/[^/]+/accuracy$", metric)
     ):
         raise _fail("objective.metric", metric, "unknown metric", ["eval/<task>/accuracy", "auc"])
     direction = obj.get("direction", "maximize")
-    if direction not in DIRECTIONS:
-        raise _fail("objective.direction", direction, "unknown direction", list(DIRECTIONS))
+    return ObjectiveSpec(metric, _value("objective.direction", direction, Literal[DIRECTIONS]))
+
+
+def parse_spec(data: Mapping[str, Any], *, name: str = "sweep") -> SweepSpec:
+    """Check a spec's structure and build the :class:`SweepSpec` without composing a config, so
+    that a bad spec is refused before a storage, a study or a trial exists."""
+    if not isinstance(data, Mapping):
+        raise _fail("spec", type(data).__name__, "a sweep spec is a YAML mapping", list(_TOP_KEYS))
+    _keys("", data, _TOP_KEYS)
+    name = data.get("name", name)
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise _fail("name", name, "must be letters, digits, '_', '.' or '-'")
+    algorithms = _parse_algorithms(data)
+    equal_effort = _value("equal_effort", data.get("equal_effort", True), bool)
+    base, budget = _parse_overrides(data)
+    params = _parse_space(data.get("search_space"), algorithms, equal_effort)
+    objective = _parse_objective(data.get("objective"))
     trials = _check_trials(data.get("trials"), algorithms, equal_effort, "trials")
-    sampler = _parse_component(data, "sampler", "tpe", list(SAMPLERS), {})
-    pruner = _parse_component(data, "pruner", "median", list(PRUNERS), PRUNERS)
-    seed = data.get("seed", 0)
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise _fail("seed", seed, "must be an integer >= 0")
-    starts = data.get("starts", 1)
-    if isinstance(starts, bool) or not isinstance(starts, int) or starts < 1:
-        raise _fail("starts", starts, "must be an integer >= 1")
+    sampler = _parse_component(data, "sampler", "tpe")
+    pruner = _parse_component(data, "pruner", "median")
+    seed = _value("seed", data.get("seed", 0), int, ge=0)
+    starts = _value("starts", data.get("starts", 1), int, ge=1)
     if starts > 1 and pruner.type != "none":
         raise _fail(
             "pruner",
@@ -543,12 +540,11 @@ def parse_spec(data: Mapping[str, Any], *, name: str = "sweep") -> SweepSpec:
             "end, so nothing can be pruned",
             ["none"],
         )
-    admissible = _parse_admissible(data.get("admissible") or {}, algorithms)
     spec = SweepSpec(
         name=name,
         algorithms=algorithms,
         search_space=params,
-        objective=ObjectiveSpec(metric, direction),
+        objective=objective,
         trials=trials,
         equal_effort=equal_effort,
         base_overrides=base,
@@ -557,58 +553,55 @@ def parse_spec(data: Mapping[str, Any], *, name: str = "sweep") -> SweepSpec:
         pruner=pruner,
         seed=seed,
         starts=starts,
-        admissible=admissible,
+        admissible=_parse_admissible(data.get("admissible") or {}, algorithms),
     )
     return replace(spec, enqueue=_parse_enqueue(data.get("enqueue") or [], spec))
 
 
 def _parse_admissible(
-    data: Any, algorithms: Sequence[str]
+    data: Any, algorithms: tuple[str, ...]
 ) -> tuple[tuple[str, tuple[tuple[str, float | str], ...]], ...]:
     if not isinstance(data, Mapping):
         raise _fail("admissible", data, "must map algorithm -> {metric: minimum}")
-    if not data:
-        return ()
+    _keys("admissible.", data, algorithms, "not one of the spec's algorithms")
+    return tuple(
+        (str(alg), _parse_rules(f"admissible.{alg}", rules)) for alg, rules in data.items()
+    )
+
+
+def _parse_rules(where: str, rules: Any) -> tuple[tuple[str, float | str], ...]:
+    """One algorithm's rules: a minimum per metric, or the claims' critic gate for a critic's
+    Pearson, so that a critic is screened by one statistic and one threshold everywhere."""
     from analysis.claims.gates import PROMPT_PEARSON
 
+    if not isinstance(rules, Mapping) or not rules:
+        raise _fail(where, rules, "must map metric -> minimum")
     pearsons = sorted(set(PROMPT_PEARSON.values()))
-    out = []
-    for alg, rules in data.items():
-        if alg not in algorithms:
-            raise _fail("admissible", alg, "not one of the spec's algorithms", list(algorithms))
-        if not isinstance(rules, Mapping) or not rules:
-            raise _fail(f"admissible.{alg}", rules, "must map metric -> minimum")
-        checked = []
-        for metric, minimum in rules.items():
-            if not isinstance(metric, str) or not _METRIC.match(metric):
-                raise _fail(f"admissible.{alg}", metric, "not a metric name, e.g. critic/x")
-            where = f"admissible.{alg}.{metric}"
-            if minimum == CRITIC_GATE:
-                if metric not in pearsons:
-                    raise _fail(
-                        where, minimum, "the critic gate reads a prompt-level Pearson", pearsons
-                    )
-                checked.append((metric, CRITIC_GATE))
-                continue
-            if metric in PROMPT_PEARSON:
-                raise _fail(
-                    where,
-                    minimum,
-                    "a critic is screened by the claims' critic gate, one statistic and one "
-                    f"threshold for every critic: write {{{PROMPT_PEARSON[metric]}: {CRITIC_GATE}}}",
-                )
-            if isinstance(minimum, bool) or not isinstance(minimum, int | float):
-                raise _fail(where, minimum, f"must be a number or {CRITIC_GATE!r}")
-            checked.append((metric, float(minimum)))
-        out.append((str(alg), tuple(checked)))
-    return tuple(out)
+    checked: list[tuple[str, float | str]] = []
+    for metric, minimum in rules.items():
+        if not isinstance(metric, str) or not _METRIC.match(metric):
+            raise _fail(where, metric, "not a metric name, e.g. critic/x")
+        key = f"{where}.{metric}"
+        if minimum == CRITIC_GATE:
+            if metric not in pearsons:
+                raise _fail(key, minimum, "the critic gate reads a prompt-level Pearson", pearsons)
+            checked.append((metric, CRITIC_GATE))
+            continue
+        if metric in PROMPT_PEARSON:
+            raise _fail(
+                key,
+                minimum,
+                "a critic is screened by the claims' critic gate, one statistic and one "
+                f"threshold for every critic: write {{{PROMPT_PEARSON[metric]}: {CRITIC_GATE}}}",
+            )
+        checked.append((metric, _value(key, minimum, float, f"or {CRITIC_GATE!r}")))
+    return tuple(checked)
 
 
 def _parse_enqueue(entries: Any, spec: SweepSpec) -> tuple[tuple[tuple[str, Any], ...], ...]:
     if not isinstance(entries, list | tuple):
         raise _fail("enqueue", entries, "must be a list of {parameter: value} mappings")
     out = []
-    per_alg: dict[str, int] = {}
     for i, entry in enumerate(entries):
         where = f"enqueue[{i}]"
         if not isinstance(entry, Mapping) or not entry:
@@ -616,24 +609,16 @@ def _parse_enqueue(entries: Any, spec: SweepSpec) -> tuple[tuple[tuple[str, Any]
         alg = entry.get("algorithm")
         if alg is None and len(spec.algorithms) == 1:
             alg = spec.algorithms[0]
-        if alg not in spec.algorithms:
-            raise _fail(
-                f"{where}.algorithm", alg, "name the trial's algorithm", list(spec.algorithms)
-            )
+        _value(f"{where}.algorithm", alg, Literal[spec.algorithms], "the trial's algorithm")
         names = {p.name(alg): p for p in spec.params_for(alg)}
-        for k, v in entry.items():
-            if k == "algorithm":
-                continue
-            if k not in names:
-                raise _fail(
-                    f"{where}.{k}", v, f"not a parameter of {alg}'s search space", sorted(names)
-                )
+        point = {k: v for k, v in entry.items() if k != "algorithm"}
+        _keys(f"{where}.", point, sorted(names), f"the parameters of {alg}'s search space")
+        for k, v in point.items():
             if not names[k].contains(v):
                 raise _fail(f"{where}.{k}", v, "outside the parameter's range or choices")
-        per_alg[alg] = per_alg.get(alg, 0) + 1
         out.append(tuple(sorted({**entry, "algorithm": alg}.items())))
     limit = spec.trials // len(spec.algorithms) if spec.equal_effort else spec.trials
-    for alg, n in per_alg.items():
+    for alg, n in Counter(dict(e)["algorithm"] for e in out).items():
         if n > limit:
             raise _fail(
                 "enqueue", n, f"more queued trials for {alg} than its share of trials ({limit})"
@@ -708,6 +693,35 @@ def task_eval_name(task: Any) -> str:
     return str((list(task.get("eval_datasets") or []) or [task["name"]])[0])
 
 
+def _sampled_paths(spec: SweepSpec, alg: str, cfg: Any) -> list[str]:
+    """The overrides of the search space's representative point for ``alg``, once each path is
+    found in the composed config, or is a field of the algorithm's config (an algorithm YAML
+    lists only what it changes, so ``algorithm.<alg>.params.*`` may be absent)."""
+    import dataclasses
+
+    from algorithms import algorithm_class
+
+    sampled = []
+    for p in spec.params_for(alg):
+        path = p.name(alg)
+        ok, prefix, keys = _has_path(cfg, path)
+        m = re.match(rf"^algorithm\.{re.escape(alg)}\.params\.([A-Za-z0-9_]+)$", path)
+        if not ok and m:
+            fields = [f.name for f in dataclasses.fields(algorithm_class(alg).Config)]
+            if m.group(1) not in fields:
+                raise _fail(f"search_space.{p.path}", path, f"{alg} has no such parameter", fields)
+            ok = True
+        if not ok:
+            raise _fail(
+                f"search_space.{p.path}",
+                path,
+                f"no such key in {alg}'s composed config (under {prefix})",
+                keys,
+            )
+        sampled.append(p.override(alg, p.representative()))
+    return sampled
+
+
 def check_spec(spec: SweepSpec, fixed: Sequence[str] = ()) -> dict[str, Any]:
     """Compose each algorithm's trial config and check the spec against it, before any trial.
 
@@ -716,12 +730,9 @@ def check_spec(spec: SweepSpec, fixed: Sequence[str] = ()) -> dict[str, Any]:
     representative point (each low end, each first choice) passes the suite's own validation.
     Returns the composed config per algorithm (at that point).
     """
-    import dataclasses
-
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from algorithms import algorithm_class
     from benchmarks.config import compose_config
     from benchmarks.suite.plan import validate
 
@@ -734,26 +745,7 @@ def check_spec(spec: SweepSpec, fixed: Sequence[str] = ()) -> dict[str, Any]:
             raise SpecError(
                 f"base_overrides/budget/algorithms (composing {alg}'s config): {_short(e)}"
             ) from e
-        sampled = []
-        for p in spec.params_for(alg):
-            path = p.name(alg)
-            ok, prefix, keys = _has_path(cfg, path)
-            m = re.match(rf"^algorithm\.{re.escape(alg)}\.params\.([A-Za-z0-9_]+)$", path)
-            if not ok and m:
-                fields = [f.name for f in dataclasses.fields(algorithm_class(alg).Config)]
-                if m.group(1) not in fields:
-                    raise _fail(
-                        f"search_space.{p.path}", path, f"{alg} has no such parameter", fields
-                    )
-                ok = True
-            if not ok:
-                raise _fail(
-                    f"search_space.{p.path}",
-                    path,
-                    f"no such key in {alg}'s composed config (under {prefix})",
-                    keys,
-                )
-            sampled.append(p.override(alg, p.representative()))
+        sampled = _sampled_paths(spec, alg, cfg)
         allowed = ["auc", f"eval/{task_eval_name(cfg.task)}/accuracy"]
         if spec.objective.metric not in allowed:
             raise _fail(

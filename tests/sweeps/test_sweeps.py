@@ -309,26 +309,35 @@ BAD_SPECS = [
     ),
     (
         {"search_space": {"algorithm.{alg}.actor_lr": {**LR, "low": 1e-2}}},
-        "search_space.algorithm.{alg}.actor_lr.low=0.01: must be <= high",
+        "search_space.algorithm.{alg}.actor_lr.low=0.01 must be <= 0.0003",
     ),
     (
         {"search_space": {"algorithm.{alg}.actor_lr": {**LR, "low": 0.0}}},
-        "search_space.algorithm.{alg}.actor_lr.low=0.0: a log-scale range needs low > 0",
+        "search_space.algorithm.{alg}.actor_lr.low=0.0 must be > 0 (a log-scale range)",
     ),
     ({"objective": {"metric": "loss"}}, "objective.metric='loss'"),
     ({"objective": {"metric": "eval/gsm8k/accuracy"}}, "objective.metric='eval/gsm8k/accuracy'"),
-    ({"sampler": "bogus"}, "sampler='bogus': unknown sampler; allowed: ['tpe', 'cmaes'"),
-    ({"pruner": "bogus"}, "pruner='bogus': unknown pruner; allowed: ['median', 'hyperband'"),
-    ({"sampler": {"type": "tpe", "n_startup": 3}}, "sampler.n_startup=3"),
+    ({"sampler": "bogus"}, "sampler='bogus' is invalid: must be one of 'tpe', 'cmaes'"),
+    ({"pruner": "bogus"}, "pruner='bogus' is invalid: must be one of 'median', 'hyperband'"),
+    (
+        {"sampler": {"type": "tpe", "n_startup": 3}},
+        "sampler.n_startup='n_startup' is invalid: must be one of 'consider_endpoints'",
+    ),
     ({"algorithms": ["sppo", "grpo"], "trials": 3}, "trials=3"),
     (
         {"algorithms": ["sppo", "grpo"], "search_space": {"algorithm.{alg}.critic_lr": LR}},
         "fails the suite's validation for grpo",
     ),
-    ({"starts": 0}, "starts=0: must be an integer >= 1"),
+    ({"starts": 0}, "starts=0 must be >= 1"),
     ({"starts": 2, "pruner": "median"}, "pruner='median': starts=2"),
-    ({"admissible": {"grpo": {"critic/x": 0.1}}}, "admissible='grpo': not one of the spec's"),
-    ({"admissible": {"sppo": {"critic/x": "high"}}}, "admissible.sppo.critic/x='high'"),
+    (
+        {"admissible": {"grpo": {"critic/x": 0.1}}},
+        "admissible.grpo='grpo' is invalid: must be one of 'sppo'",
+    ),
+    (
+        {"admissible": {"sppo": {"critic/x": "high"}}},
+        "admissible.sppo.critic/x='high' is invalid: expected float, got str (or 'critic_gate')",
+    ),
     ({"admissible": {"sppo": {"loss": 0.1}}}, "admissible.sppo='loss': not a metric name"),
     # a critic has one statistic and one threshold: the claims' critic gate, never a number
     (
