@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
-import math
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -595,9 +594,6 @@ def _parse_rules(where: str, rules: Any) -> tuple[tuple[str, float | str], ...]:
                 "a critic is screened by the claims' critic gate, one statistic and one "
                 f"threshold for every critic: write {{{PROMPT_PEARSON[metric]}: {CRITIC_GATE}}}",
             )
-        if isinstance(minimum, float) and not math.isfinite(minimum):
-            checked.append((metric, minimum))  # parsed before the kit, which refuses it; kept
-            continue
         checked.append((metric, _value(key, minimum, float, f"or {CRITIC_GATE!r}")))
     return tuple(checked)
 

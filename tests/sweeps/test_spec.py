@@ -101,6 +101,8 @@ REFUSED = [
     (_spec(admissible=["sppo"]), "admissible=['sppo']", "algorithm -> {metric: minimum}"),
     (_spec(admissible={"sppo": {}}), "admissible.sppo={}", "metric -> minimum"),
     (_spec(admissible={"sppo": {"a/b": None}}), "admissible.sppo.a/b=None", "or 'critic_gate'"),
+    # a NaN minimum would make every trial inadmissible: refused, not run
+    (_spec(admissible={"sppo": {"a/b": float("nan")}}), "admissible.sppo.a/b=nan", "finite"),
     (_spec(enqueue="x"), "enqueue='x'", "list of {parameter: value}"),
     (_spec(enqueue=[{}]), "enqueue[0]={}", "non-empty mapping"),
     (
