@@ -67,18 +67,18 @@ def test_the_campaign_declares_one_family_of_three_claims_with_margins():
     assert [c.margin for c in claims] == [0.035, 0.08, 0.01]
 
 
-def test_leaderboard_arith_ships_the_point_its_tuning_export_selects():
-    """Every algorithm the campaign's arith sweep tuned runs the leaderboard at the best complete
-    point of results/tuning (the rates are read from the committed export, not retyped)."""
+@pytest.mark.parametrize("suite", list(LEADERBOARDS))
+def test_each_leaderboard_ships_the_point_its_tuning_export_selects(suite):
+    """Every algorithm the campaign's sweep tuned on a task runs that task's leaderboard at the
+    best complete point of results/tuning (the rates are read from the committed export, not
+    retyped)."""
     from pathlib import Path
 
     from analysis.tuning import read_tuning, tuning_table
 
-    export = (
-        Path(__file__).resolve().parents[2] / "results" / "tuning" / "leaderboard_arith_actor.json"
-    )
+    export = Path(__file__).resolve().parents[2] / "results" / "tuning" / f"{suite}_actor.json"
     data = read_tuning(export)
-    cfg = compose_config(["suite=leaderboard_arith"])
+    cfg = compose_config([f"suite={suite}"])
     rows = tuning_table(data)[2:]
     assert len(rows) == len(data["spec"]["algorithms"]) == 11
     for row in rows:
