@@ -468,18 +468,3 @@ def test_a_resolved_claim_gets_a_verdict_and_only_then_fewer(tmp_path: Path) -> 
     assert table.loc[1, "hi_adj"] < 1
     _, rollouts = describe_claims(table)
     assert "(fewer)" in rollouts and "includes 1" not in rollouts
-
-
-def test_no_function_of_the_report_is_over_60_lines() -> None:
-    """The report is built from one function per section (issue 46): none grows past 60 lines."""
-    import ast
-
-    import analysis.report
-
-    tree = ast.parse(Path(analysis.report.__file__).read_text())
-    long = {
-        f.name: f.end_lineno - f.lineno + 1
-        for f in ast.walk(tree)
-        if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef) and f.end_lineno - f.lineno >= 60
-    }
-    assert not long, long

@@ -6,7 +6,6 @@ line, and is a :class:`ConfigError` of the config kit that checks the spec's sca
 
 from __future__ import annotations
 
-import ast
 import copy
 from pathlib import Path
 
@@ -177,13 +176,3 @@ def test_ranges_keep_their_types():
 def test_the_shipped_specs_parse(path):
     spec = load_spec(path.stem)
     assert spec == load_spec(path) and spec.name == path.stem and spec.search_space
-
-
-def test_no_function_of_the_spec_is_over_60_lines():
-    tree = ast.parse(Path(sweeps.spec.__file__).read_text())
-    long = {
-        f.name: f.end_lineno - f.lineno + 1
-        for f in ast.walk(tree)
-        if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef) and f.end_lineno - f.lineno >= 60
-    }
-    assert not long, long
