@@ -8,7 +8,9 @@ and :mod:`sweeps.spec` for the spec format.
 
 from sweeps.objective import objective_value
 from sweeps.runner import run_sweep
-from sweeps.spec import ParamSpec, SpecError, SweepSpec, check_spec, load_spec, parse_spec
+from sweeps.spec import ParamSpec, SpecError, SweepSpec
+from sweeps.spec_check import check_spec
+from sweeps.spec_fields import load_spec, parse_spec
 from sweeps.summary import BestTrial, SweepResult
 from sweeps.tracking import TAG_STUDY, TAG_TRIAL, TAG_TRIAL_STATE, MlflowTrialCallback
 

@@ -22,7 +22,8 @@ from rich.table import Table
 from benchmarks.telemetry.tracking import default_tracking_uri, machine, ui_runs_url
 from sweeps.export import export_tuning
 from sweeps.runner import run_sweep
-from sweeps.spec import SpecError, load_spec
+from sweeps.spec import SpecError
+from sweeps.spec_fields import load_spec
 from sweeps.summary import SweepResult
 
 __all__ = ["export_main", "main"]

@@ -15,7 +15,7 @@ from mlflow.tracking import MlflowClient
 
 from analysis import metrics as M
 from analysis.tuning import SCHEMA_VERSION
-from sweeps.spec import load_spec
+from sweeps.spec_fields import load_spec
 from sweeps.storage import spec_dict
 from sweeps.summary import best_trials, trial_rows
 

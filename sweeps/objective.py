@@ -28,7 +28,8 @@ from analysis.claims.gates import (
 )
 from benchmarks.config import compose_config
 from benchmarks.suite.run import run_suite
-from sweeps.spec import CRITIC_GATE, SweepSpec, trial_overrides
+from sweeps.spec import CRITIC_GATE, SweepSpec
+from sweeps.spec_check import trial_overrides
 from sweeps.storage import ATTR_ADMISSIBLE, ATTR_ERROR
 from sweeps.tracking import TAG_STUDY, TAG_TRIAL
 

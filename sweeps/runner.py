@@ -57,7 +57,8 @@ from benchmarks.telemetry.store import PreflightError, check_tracking_uri, datab
 from benchmarks.telemetry.tracking import default_tracking_uri
 from sweeps.execution import run_tasks
 from sweeps.objective import TrialContext
-from sweeps.spec import SpecError, SweepSpec, check_spec
+from sweeps.spec import SpecError, SweepSpec
+from sweeps.spec_check import check_spec
 from sweeps.storage import open_studies, pending_tasks
 from sweeps.summary import SweepResult, write_summary
 from sweeps.tracking import MlflowTrialCallback, open_parent_run

@@ -10,7 +10,7 @@ from algorithms.base import list_algorithms
 from analysis.claims.spec import Family
 from benchmarks.config import compose_config
 from benchmarks.suite.plan import validate
-from sweeps.spec import load_spec
+from sweeps.spec_fields import load_spec
 
 LEADERBOARDS = {"leaderboard_arith": "claims", "leaderboard_chain_sum": "claims_chain_sum"}
 CAMPAIGN = [*LEADERBOARDS, "leaderboard_chain_sum_8192"]

@@ -13,7 +13,8 @@ import pytest
 
 import sweeps.spec
 from algorithms.configkit import ConfigError, config_value
-from sweeps.spec import ComponentSpec, ParamSpec, SpecError, SweepSpec, load_spec, parse_spec
+from sweeps.spec import ComponentSpec, ParamSpec, SpecError, SweepSpec
+from sweeps.spec_fields import load_spec, parse_spec
 
 LR = {"type": "float", "low": 3e-5, "high": 3e-4, "log": True}
 TWO = {"algorithms": ["sppo", "ppo"], "trials": 4}

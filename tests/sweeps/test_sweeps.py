@@ -30,7 +30,7 @@ from sweeps import (
 )
 from sweeps.cli import main as sweep_main
 from sweeps.export import export_tuning
-from sweeps.spec import task_eval_name
+from sweeps.spec_check import task_eval_name
 from sweeps.summary import BestTrial, SweepResult, render_markdown
 from testkit.paths import require_data
 from testkit.suites import MICRO
