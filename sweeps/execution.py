@@ -1,29 +1,27 @@
 """Where a sweep's trials run: in this process, in a pool of spawned worker processes, or as
-tasks of a Ray cluster; each task is one trial (``study.optimize(n_trials=1)``).
+tasks of a Ray cluster, on the executor the suites use (``benchmarks/suite/executor.py``); each
+task is one trial (``study.optimize(n_trials=1)``).
 
 Before W workers start, the warm starts are built once here (:func:`_prewarm`), so the workers
 do not all train them and write the same cache directory at once. A trial's own errors end it
-FAIL inside its task; a worker that dies is logged and the other tasks go on.
+FAIL inside its task; a worker that dies is logged and the other tasks go on (a pool's death
+ends the tasks still queued on it). A Ray task is not retried when its node dies: Optuna would
+count a second trial; the first stays RUNNING until a ``--resume`` marks it FAIL.
 """
 
 from __future__ import annotations
 
 import logging
-import multiprocessing as mp
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any
 
 import optuna
-import torch
 
-from benchmarks.suite.cluster import connected
+from benchmarks.suite.executor import Pool, RayCluster, Task, drive
 from benchmarks.suite.plan import validate
-from benchmarks.tasks.base import CharTask
 from benchmarks.telemetry.tracking import retry_locked
-from benchmarks.training.modeling import build_char_tokenizer
-from benchmarks.training.start import policy_start
+from benchmarks.training.start import build_starts
 from sweeps.objective import Objective, TrialContext
 from sweeps.storage import interrupted, make_pruner, make_sampler, make_storage, study_trials
 from sweeps.tracking import MlflowTrialCallback
@@ -98,62 +96,18 @@ def _run_trial(
 
 
 def _prewarm(cfg: Any) -> None:
-    """Build the warm starts (one per start of a trial) once in the main process, so W workers
-    do not all train them and write the same cache directory at once. Best effort: on failure the first trials build
-    it themselves."""
+    """Build the warm starts (one per start of a trial) once in the main process. Best effort:
+    on failure the first trials build them themselves."""
+    if cfg.model.name_or_path is not None or not cfg.warmstart.enabled:
+        return  # a real checkpoint, or fresh models: no warm start to build
     try:
-        if cfg.model.name_or_path is not None or not cfg.warmstart.enabled:
-            return
         plan = validate(cfg)  # builds the task once; the plan holds it
         try:
-            if not isinstance(plan.task, CharTask):
-                return
-            torch.set_num_threads(int(cfg.threads))  # as a trial would (threads per worker)
-            tokenizer = build_char_tokenizer(plan.task.alphabet)
-            for seed in sorted({plan.start_seed(s) for s in plan.seeds}):
-                policy_start(plan.start_recipe, seed, plan.task, tokenizer)
+            build_starts(plan.start_recipe, plan.start_seeds, plan.task)
         finally:
             plan.task.close()
     except Exception as e:
         log.warning("could not build the warm start before the workers start (%s); they will", e)
-
-
-def _ray_trial(ctx: TrialContext, study_name: str, algorithm: str | None, seed: int) -> dict:
-    """:func:`_run_trial` as a Ray task (its worker process configures its own logging)."""
-    _init_worker(ctx.log_level)
-    return _run_trial(ctx, study_name, algorithm, seed)
-
-
-def _run_on_ray(
-    ctx: TrialContext,
-    tasks: Sequence[tuple[str, str | None]],
-    seeds: Sequence[int],
-    workers: int,
-    threads: int,
-    address: str,
-) -> int:
-    """Every task as a Ray task of the cluster at ``address``, ``workers`` in flight, each
-    with the trials' ``threads`` CPUs; returns how many ran. A task is not retried when its
-    node dies: Optuna would count a second trial; the first stays RUNNING until a
-    ``--resume`` marks it FAIL."""
-    import ray  # optional (extra ``cluster``): only a sweep on a cluster needs it
-
-    queue = list(zip(tasks, seeds, strict=True))
-    ran = 0
-    with connected(address, key="--ray-address"):
-        trial = ray.remote(_ray_trial).options(num_cpus=threads, max_retries=0)
-        pending: list[Any] = []
-        while queue or pending:
-            while queue and len(pending) < workers:
-                (s, a), seed = queue.pop(0)
-                pending.append(trial.remote(ctx, s, a, seed))
-            done, pending = ray.wait(pending, num_returns=1)
-            try:
-                ray.get(done[0])
-                ran += 1
-            except ray.exceptions.RayError as e:  # the task's worker or node died
-                log.error("a sweep task failed: %s", str(e).splitlines()[0] if str(e) else e)
-    return ran
 
 
 def run_tasks(
@@ -172,30 +126,38 @@ def run_tasks(
     connections and MLflow client. A trial's own errors are caught inside it (the trial ends
     FAIL); a worker that dies is logged and the other tasks go on.
     """
+    trials = [
+        Task(_run_trial, (ctx, s, a, seed), (s, a))
+        for (s, a), seed in zip(tasks, seeds, strict=True)
+    ]
+    if not trials:
+        return 0
+    if ray_address is None and (workers <= 1 or len(trials) == 1):
+        for t in trials:
+            t.fn(*t.args)
+        return len(trials)
+    _prewarm(cfg)  # with Ray, this node's cache; other nodes build their own
     ran = 0
-    if ray_address is not None and tasks:
-        _prewarm(cfg)  # this node's cache; others build their own
-        return _run_on_ray(ctx, tasks, seeds, workers, int(cfg.threads), ray_address)
-    if workers > 1 and len(tasks) > 1:
-        _prewarm(cfg)
-        with ProcessPoolExecutor(
-            max_workers=min(workers, len(tasks)),
-            mp_context=mp.get_context("spawn"),
-            initializer=_init_worker,
-            initargs=(ctx.log_level,),
-        ) as pool:
-            futures = [
-                pool.submit(_run_trial, ctx, s, a, seed)
-                for (s, a), seed in zip(tasks, seeds, strict=True)
-            ]
-            for f in as_completed(futures):
-                try:
-                    f.result()
-                    ran += 1
-                except Exception as e:  # the worker itself died; trials inside are caught
-                    log.error("a sweep worker failed: %s: %s", type(e).__name__, e)
+
+    def on_done(task: Task, value: Any, others: tuple[Any, ...]) -> list[Task]:
+        nonlocal ran
+        ran += 1
+        return []
+
+    def on_error(task: Task, e: Exception) -> None:  # the worker or node died
+        log.error(
+            "a sweep task failed: %s: %s",
+            type(e).__name__,
+            str(e).splitlines()[0] if str(e) else "",
+        )
+
+    if ray_address is not None:
+        with RayCluster(
+            ray_address, num_cpus=int(cfg.threads), max_retries=0, key="--ray-address"
+        ) as cluster:
+            cluster.set_up(_init_worker, ctx.log_level)
+            drive(cluster, trials, on_done, on_error=on_error, in_flight=workers)
     else:
-        for (s, a), seed in zip(tasks, seeds, strict=True):
-            _run_trial(ctx, s, a, seed)
-            ran += 1
+        with Pool(min(workers, len(trials)), _init_worker, (ctx.log_level,)) as pool:
+            drive(pool, trials, on_done, on_error=on_error)
     return ran

@@ -106,6 +106,11 @@ class SuitePlan:
         return seed if self.warmstart.get("per_seed", True) else self.seeds[0]
 
     @property
+    def start_seeds(self) -> list[int]:
+        """The start seeds this plan's runs begin from, each once."""
+        return sorted({self.start_seed(s) for s in self.seeds})
+
+    @property
     def start_recipe(self) -> StartRecipe:
         """What the runs' start models are built from (``benchmarks/training/start.py``)."""
         trainer = self.resolved["trainer"]

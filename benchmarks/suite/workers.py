@@ -10,8 +10,8 @@ cache), so a run's numbers do not depend on which process ran it or in which ord
 The parent schedules two kinds of task: a seed's warm start, then, once it is cached, that seed's
 runs (with ``warmstart.per_seed=false``, one warm start and then every seed's runs). Warm starts
 are queued first, so while one seed's runs train the next seed's warm start is already being
-built. Workers are spawned (never forked: the parent holds MLflow's SQLite connections and
-logging threads), and send their progress-bar updates and log records back through one queue,
+built. The tasks run on the tree's one executor (``benchmarks/suite/executor.py``, which the
+sweeps share); workers send their progress-bar updates and log records back through one queue,
 which the parent renders. :func:`parallel_blocker` says when a suite must stay in one process.
 
 With ``jobs=ray`` (:func:`run_on_ray`) the same tasks are Ray tasks on the cluster at
@@ -33,9 +33,9 @@ import os
 import pickle
 import queue as queue_mod
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
 from typing import TYPE_CHECKING, Any
+
+from benchmarks.suite.executor import Pool, RayCluster, Task, TaskLost, drive
 
 if TYPE_CHECKING:
     from benchmarks.suite.plan import SuitePlan
@@ -88,24 +88,9 @@ class _QueueBar:
         self.q.put(("update", task_id, fields))
 
 
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this worker when the suite's process dies. A suite killed with ``kill -9``
-    must not leave workers writing its runs while ``resume=auto`` continues them elsewhere."""
-    try:
-        import ctypes
-        import signal
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the parent's exit still ends the pool
-        return
-    parent = mp.parent_process()
-    if parent is not None and os.getppid() != parent.pid:  # it died before the call above
-        os._exit(1)
-
-
 def _init_worker(plan: Any, level: int, q: Any) -> None:
-    _die_with_parent()
+    """Set up a worker (a pool's, or a Ray worker joining this suite)."""
+    _W.clear()  # a Ray worker may have served another suite before
     try:
         _start_worker(plan, level, q)
     except Exception as e:  # raised again by the worker's first task (see _reported)
@@ -192,34 +177,21 @@ def _train(name: str, seed: int, shared: dict, start: Any, previous_parent: str 
     return run_one(ctx, shared["parent_id"], name, plan.algorithms[name], seed, start)
 
 
-def _join(token: str, plan: Any, level: int, q: Any) -> None:
-    """Set up this Ray worker process for the suite ``token`` (once: Ray reuses a worker for
-    the next task of the same job)."""
-    if _W.get("token") == token:
-        return
-    _W.clear()
-    _start_worker(plan, level, q)
-    _W["token"] = token
-
-
 @_reported
-def _ray_warm_start(token: str, plan: Any, level: int, q: Any, seed: int) -> tuple[Any, dict]:
+def _ray_warm_start(seed: int) -> tuple[Any, dict]:
     """The warm start of start seed ``seed`` and its info: the model goes to the object store."""
     from benchmarks.training.start import policy_start
 
-    _join(token, plan, level, q)
+    plan = _W["plan"]
     start, info = policy_start(plan.start_recipe, seed, plan.task, _tokenizer())
     return start, info
 
 
 @_reported
-def _ray_run(
-    token: str, plan: Any, level: int, q: Any, name: str, seed: int, shared: dict, start: Any
-) -> Any:
+def _ray_run(name: str, seed: int, shared: dict, start: Any) -> Any:
     """One run from ``start`` (a warm start Ray fetched from its object store). The suite's
     parent is searched for an earlier attempt of this run: Ray runs a task again after its node
     died, and that attempt's MLflow run is continued, not duplicated."""
-    _join(token, plan, level, q)
     return _train(name, seed, shared, start, shared["parent_id"])
 
 
@@ -288,6 +260,39 @@ def _by_start(
     return starts
 
 
+def _schedule(
+    executor: Pool | RayCluster,
+    plan: Any,
+    work: list[tuple[int, list[str]]],
+    q: Any,
+    bar: Any,
+    on_warm_start: Callable[[int, dict], None],
+    run_task: Callable[[str, int, tuple[Any, ...]], Task],
+    warm_returns: int,
+) -> dict[tuple[str, int], Any]:
+    """Each start's warm start, then, once it is built, that start's runs (``run_task`` makes
+    one from the warm start's other results); the run summaries by (algorithm, seed). Warm
+    starts go first, so the next is built while a start's runs train."""
+    out: dict[tuple[str, int], Any] = {}
+    bar_ids: dict[str, Any] = {}
+    warm_fn = _ray_warm_start if warm_returns > 1 else _warm_start
+    starts = [
+        Task(warm_fn, (start,), ("warm start", start, group), returns=warm_returns)
+        for start, group in _by_start(plan, work).items()
+    ]
+
+    def on_done(task: Task, value: Any, others: tuple[Any, ...]) -> list[Task]:
+        kind, seed, what = task.label
+        if kind == "run":
+            out[(str(what), seed)] = value
+            return []
+        on_warm_start(seed, value)
+        return [run_task(name, run_seed, others) for run_seed, names in what for name in names]
+
+    drive(executor, starts, on_done, tick=lambda: _drain(q, bar, bar_ids))
+    return out
+
+
 def run_parallel(
     *,
     jobs: int,
@@ -302,48 +307,18 @@ def run_parallel(
     Returns the run summaries by (algorithm, seed). An exception a run raises past its own
     handling (``run_one`` records failed runs) ends the suite, as it would in one process.
     """
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    bar_ids: dict[str, Any] = {}
+    q = mp.get_context("spawn").Queue()
     level = logging.getLogger().getEffectiveLevel()
-    out: dict[tuple[str, int], Any] = {}
     log.info("running %d seeds' runs in %d worker processes", len(work), jobs)
-    with ProcessPoolExecutor(
-        max_workers=jobs,
-        mp_context=ctx,
-        initializer=_init_worker,
-        initargs=(plan, level, q),
-    ) as pool:
-        starts = _by_start(plan, work)
-        pending: dict[Future, tuple[str, int, Any]] = {}
-        for start, group in starts.items():  # warm starts first: the next is built meanwhile
-            pending[pool.submit(_warm_start, start)] = ("warm start", start, group)
-        try:
-            while pending:
-                done, _ = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-                _drain(q, bar, bar_ids)
-                for fut in done:
-                    kind, seed, what = pending.pop(fut)
-                    if kind == "warm start":
-                        on_warm_start(seed, fut.result())
-                        for run_seed, names in what:
-                            for name in names:
-                                run = pool.submit(_run, name, run_seed, shared)
-                                pending[run] = ("run", run_seed, name)
-                    else:
-                        out[(str(what), seed)] = fut.result()
-        except BrokenProcessPool as e:
-            raise WorkerError(
-                "a worker process died without reporting an error (killed, or out of memory?); "
-                "fewer workers (jobs=1) run everything in this process"
-            ) from e
-        except BaseException:
-            for fut in pending:
-                fut.cancel()
-            raise
-        finally:
-            _drain(q, bar, bar_ids)
-    return out
+
+    def run_task(name: str, seed: int, _: tuple[Any, ...]) -> Task:
+        return Task(_run, (name, seed, shared), ("run", seed, name))
+
+    try:
+        with Pool(jobs, _init_worker, (plan, level, q)) as pool:
+            return _schedule(pool, plan, work, q, bar, on_warm_start, run_task, warm_returns=1)
+    except TaskLost as e:
+        raise WorkerError(f"{e}; fewer workers (jobs=1) run everything in this process") from e
 
 
 def run_on_ray(
@@ -358,31 +333,17 @@ def run_on_ray(
     ``plan.ray_address``, each with ``plan.threads`` CPUs; the run summaries by (algorithm,
     seed). Each start seed's warm start is one task whose model the runs of that start receive
     through the object store."""
-    import uuid
-
     import ray
     from ray.util.queue import Queue
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from benchmarks.suite.cluster import connected
-
     level = logging.getLogger().getEffectiveLevel()
-    out: dict[tuple[str, int], Any] = {}
-    bar_ids: dict[str, Any] = {}
-    with connected(plan.ray_address):
-        opts = {
-            "num_cpus": plan.threads,
-            "max_retries": plan.ray_max_retries,
-            "retry_exceptions": False,  # a run records its own errors; only deaths are retried
-        }
-        warm = ray.remote(_ray_warm_start).options(num_returns=2, **opts)
-        run = ray.remote(_ray_run).options(**opts)
+    cluster = RayCluster(plan.ray_address, num_cpus=plan.threads, max_retries=plan.ray_max_retries)
+    with cluster:
         # The queue's actor lives on this node: it fails with the driver, never before it.
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         q = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": here})
-        token = uuid.uuid4().hex
-        plan_ref = ray.put(plan)
-        starts = _by_start(plan, work)
+        cluster.set_up(_init_worker, cluster.put(plan), level, q)
         log.info(
             "running %d seeds' runs as Ray tasks of %d CPU(s) each on %s",
             len(work),
@@ -398,47 +359,14 @@ def run_on_ray(
                 shared["uri"],
                 len(hosts),
             )
-        pending: dict[Any, tuple[str, int, Any]] = {}
-        for start, group in starts.items():  # every warm start at once: the cluster queues them
-            model, info = warm.remote(token, plan_ref, level, q, start)
-            pending[info] = ("warm start", start, (group, model))
+
+        def run_task(name: str, seed: int, others: tuple[Any, ...]) -> Task:
+            model = others[0]  # the warm start's model, in the object store
+            return Task(_ray_run, (name, seed, shared, model), ("run", seed, name))
+
         try:
-            while pending:
-                done, _ = ray.wait(list(pending), num_returns=1, timeout=0.2)
-                _drain(q, bar, bar_ids)
-                for ref in done:
-                    kind, seed, what = pending.pop(ref)
-                    value = _ray_result(ray, ref)
-                    if kind == "warm start":
-                        group, model = what
-                        on_warm_start(seed, value)
-                        for run_seed, names in group:
-                            for name in names:
-                                ref = run.remote(
-                                    token, plan_ref, level, q, name, run_seed, shared, model
-                                )
-                                pending[ref] = ("run", run_seed, name)
-                    else:
-                        out[(str(what), seed)] = value
-        except BaseException:
-            for ref in pending:
-                ray.cancel(ref, force=True)
-            raise
+            return _schedule(cluster, plan, work, q, bar, on_warm_start, run_task, warm_returns=2)
+        except TaskLost as e:
+            raise WorkerError(str(e)) from e
         finally:
-            _drain(q, bar, bar_ids)
             q.shutdown()
-    return out
-
-
-def _ray_result(ray: Any, ref: Any) -> Any:
-    """A task's value; what it raised as a WorkerError (its message, not Ray's traceback)."""
-    try:
-        return ray.get(ref)
-    except ray.exceptions.RayTaskError as e:
-        cause = e.cause
-        raise WorkerError(str(cause) if isinstance(cause, WorkerError) else str(e)) from None
-    except ray.exceptions.RayError as e:  # retries spent: a worker or node died each time
-        raise WorkerError(
-            f"a Ray task failed after ray.max_retries retries: {type(e).__name__}: "
-            f"{str(e).splitlines()[0] if str(e) else ''}"
-        ) from e

@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,7 +22,12 @@ import torch
 
 from benchmarks.tasks.base import CharTask
 from benchmarks.training.critic_model import check_same_tokenizer, critic_spec
-from benchmarks.training.modeling import ModelSpec, build_tiny_llama, torch_threads
+from benchmarks.training.modeling import (
+    ModelSpec,
+    build_char_tokenizer,
+    build_tiny_llama,
+    torch_threads,
+)
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -31,7 +36,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["StartRecipe", "critic_start", "policy_start", "run_copies"]
+__all__ = ["StartRecipe", "build_starts", "critic_start", "policy_start", "run_copies"]
 
 #: ``warmstart`` keys that do not change the weights it trains, so not part of its cache key:
 #: whether it runs, the difficulty measurement taken after it, which seeds share it, and the
@@ -180,6 +185,20 @@ def policy_start(
             )
             info["difficulty"] = measured["summary"]
     return model, info
+
+
+def build_starts(
+    recipe: StartRecipe, seeds: Iterable[int], task: Task
+) -> dict[int, dict[str, Any]]:
+    """Build (or read from the cache) the warm start of each start seed in ``seeds``, one after
+    another in this process; each one's info. Run before workers start that share these starts
+    (a sweep's trials), so that they read the cache rather than all train the same start and
+    write the same cache directory at once."""
+    if recipe.spec is None or not recipe.warm_starts(task):
+        return {}  # a real checkpoint or a fresh model: nothing to build ahead
+    assert isinstance(task, CharTask)
+    tokenizer = build_char_tokenizer(task.alphabet)
+    return {seed: policy_start(recipe, seed, task, tokenizer)[1] for seed in sorted(set(seeds))}
 
 
 def critic_start(
