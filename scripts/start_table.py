@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import sys
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
+
+from benchmarks.suite.executor import Pool, Task, drive
 
 
 def _seeds(text: str) -> list[int]:
@@ -143,17 +143,14 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     out = Path(args.out)
     if not args.table_only:
-        ctx = mp.get_context("spawn")
-        with ProcessPoolExecutor(
-            args.jobs, mp_context=ctx, initializer=_init, initargs=(args.precision,)
-        ) as pool:
-            pending = {pool.submit(_one, args.overrides, s) for s in _seeds(args.seeds)}
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in done:
-                    row = fut.result()
-                    with out.open("a") as f:
-                        f.write(json.dumps(row) + "\n")
+
+        def on_done(task: Task, row: dict[str, Any], others: tuple[Any, ...]) -> list[Task]:
+            with out.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+            return []
+
+        with Pool(args.jobs, _init, (args.precision,)) as pool:
+            drive(pool, [Task(_one, (args.overrides, s), s) for s in _seeds(args.seeds)], on_done)
     rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
     sys.stdout.write(table(rows) + "\n")
 
