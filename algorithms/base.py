@@ -15,6 +15,7 @@ importing its module runs the decorator. An entry point may also name an unregis
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import importlib.metadata
 import logging
 import re
@@ -466,6 +467,7 @@ def register_algorithm(name: str) -> Callable[[_AlgoT], _AlgoT]:
             raise TypeError(f"{cls.__name__}.Config must be an AlgorithmConfig dataclass")
         if cls.critic not in _CRITIC_KINDS:
             raise TypeError(f"{cls.__name__}.critic={cls.critic!r} is not one of {_CRITIC_KINDS}")
+        _load_builtins()  # a built-in's name is taken before the registry's first lookup too
         if name in _REGISTRY:
             raise ValueError(
                 f"algorithm {name!r} is already registered by {_REGISTRY[name].__module__}."
@@ -478,9 +480,40 @@ def register_algorithm(name: str) -> Callable[[_AlgoT], _AlgoT]:
     return decorator
 
 
+#: The built-in algorithms' modules, imported (and so registered) on the registry's first use.
+BUILTINS = (
+    "cispo",
+    "dapo",
+    "dr_grpo",
+    "gmpo",
+    "grpo",
+    "gspo",
+    "ppo",
+    "reinforce_pp",
+    "remax",
+    "rloo",
+    "spo",
+    "sppo",
+)
+_builtins_loaded = False
+
+
+def _load_builtins() -> None:
+    """Import the built-in algorithms once. The flag is set first: their own
+    ``@register_algorithm`` calls come back here while they import."""
+    global _builtins_loaded
+    if _builtins_loaded:
+        return
+    _builtins_loaded = True
+    for module in BUILTINS:
+        importlib.import_module(f"algorithms.{module}")
+
+
 def _load_plugins() -> None:
-    """Load the ``sppo_bench.algorithms`` entry points once; a broken plugin only warns."""
+    """Load the built-ins, then the ``sppo_bench.algorithms`` entry points, once; a broken
+    plugin only warns."""
     global _plugins_loaded
+    _load_builtins()
     if _plugins_loaded:
         return
     _plugins_loaded = True

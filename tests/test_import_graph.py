@@ -10,6 +10,8 @@ them. Read from the source with ``ast``, so nothing is imported.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 from testkit.paths import REPO
@@ -278,8 +280,30 @@ def test_algorithms_import_nothing_of_the_harness():
     for mod, targets in edges.items():
         if mod.startswith("algorithms"):
             assert all(t.startswith("algorithms") for t in targets), (mod, targets)
-        if mod.startswith("analysis"):  # analysis reads only MLflow and the metric schema
-            assert all(t.startswith("analysis") or t == "analysis.metrics" for t in targets), (
+        if mod.startswith("analysis"):  # MLflow, its own modules, and the config kit
+            assert all(t.startswith("analysis") or t == "algorithms.configkit" for t in targets), (
                 mod,
                 targets,
             )
+
+
+def test_the_analysis_layer_and_the_config_kit_load_no_torch():
+    """A fresh interpreter parses claims with the kit, and reads the metric schema and the
+    statistics: torch never loads (the algorithms package imports its modules on first use)."""
+    code = (
+        "import sys\n"
+        "from analysis.claims.spec import parse_claims\n"
+        "import analysis.metrics, analysis.stats, algorithms\n"
+        "from algorithms import ConfigError\n"
+        "try:\n"
+        "    parse_claims([{'name': 'x', 'estimand': 'area_difference', 'a': 'sppo', 'b': 'grpo',"
+        " 'direction': 'a >= b', 'margin': 'wide', 'groups': 'all',"
+        " 'family': {'name': 'f', 'size': 1}}])\n"
+        "except ConfigError as e:\n"
+        "    print(e)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')[:3])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True
+    ).stdout.splitlines()
+    assert out == ["claims[0].margin='wide': must be a number", "[]"]

@@ -48,6 +48,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from algorithms.configkit import config_value
 from analysis import metrics as M
 
 __all__ = [
@@ -182,9 +183,8 @@ def _text(i: int, key: str, value: Any, allowed: Collection[str] | None = None) 
 
 
 def _number(where: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{where}={value!r}: must be a number")
-    return float(value)
+    """A finite number, checked by the config kit every layer uses."""
+    return config_value(where, value, float)
 
 
 def _margin(
@@ -201,7 +201,7 @@ def _margin(
                 f"({_UNITS[estimand]} for {estimand}), declared before the run"
             )
         margin = _number(_where(i, "margin"), value)
-        if not (0 < margin < float("inf")):
+        if margin <= 0:
             raise ValueError(
                 f"{_where(i, 'margin')}={value!r}: must be a number > 0 ({_UNITS[estimand]})"
             )
@@ -243,10 +243,7 @@ def _family(i: int, value: Any) -> Family:
     name = value["name"]
     if not isinstance(name, str) or not name:
         raise ValueError(f"{_where(i, 'family.name')}={name!r}: must be a non-empty string")
-    size = value["size"]
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise ValueError(f"{_where(i, 'family.size')}={size!r}: must be an integer >= 1")
-    return Family(name, size)
+    return Family(name, config_value(_where(i, "family.size"), value["size"], int, ge=1))
 
 
 def _gates(i: int, value: Any, algorithms: Collection[str] | None) -> Gates:
