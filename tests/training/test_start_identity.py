@@ -17,7 +17,7 @@ from benchmarks.config import compose_config
 from benchmarks.suite.plan import validate
 from benchmarks.tasks.arith import ArithTask
 from benchmarks.training.modeling import ModelSpec, build_char_tokenizer
-from benchmarks.training.start import StartRecipe, policy_start
+from benchmarks.training.start import StartRecipe, build_starts, policy_start
 
 #: ``warmstart`` fields that do not change the weights it trains: whether it runs, which seeds
 #: share it, and the difficulty measurement taken after it.
@@ -226,3 +226,36 @@ def test_the_key_names_the_folder_policy_start_reads_and_writes(tmp_path):
     assert Path(info["path"]) == tmp_path / "warmstart" / recipe.policy_key(4)
     _, again = policy_start(recipe, 4, task, tok)
     assert again["cached"] and again["path"] == info["path"]
+
+
+def test_build_starts_builds_each_start_seed_once_into_the_cache_runs_read(tmp_path):
+    """A sweep builds its trials' starts ahead of its workers (``build_starts``): each distinct
+    start seed once, into the folder ``policy_start`` then reads as cached; a fresh model (no
+    warm start) has nothing to build."""
+    task = ArithTask(horizon=1)
+    recipe = StartRecipe(
+        spec=ModelSpec(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32),
+        warmstart={
+            "phases": [{"steps": 2, "direct_fraction": 0.0}],
+            "batch_size": 4,
+            "eval_every": 2,
+            "val_size": 4,
+            "lr": 1e-3,
+        },
+        task_node={"name": "arith", "horizon": 1, "max_new_tokens": 8},
+        model_node={"hidden_size": 16},
+        cache_dir=str(tmp_path),
+        run_threads=1,
+        dtype="float32",
+        temperature=1.0,
+        top_p=1.0,
+    )
+    built = build_starts(recipe, [3, 1, 3], task)
+    assert sorted(built) == [1, 3] and not any(info["cached"] for info in built.values())
+    for seed in (1, 3):
+        assert Path(built[seed]["path"]) == tmp_path / "warmstart" / recipe.policy_key(seed)
+        _, info = policy_start(recipe, seed, task, build_char_tokenizer(task.alphabet))
+        assert info["cached"] and info["path"] == built[seed]["path"]
+    fresh = dataclasses.replace(recipe, warmstart={**recipe.warmstart, "enabled": False})
+    assert build_starts(fresh, [5], task) == {}
+    assert not (tmp_path / "warmstart" / recipe.policy_key(5)).exists()
