@@ -1,13 +1,18 @@
 """The verdict protocol (analysis/claims/protocol.py) on item tables whose answer is worked by hand:
-the estimands (the area under the accuracy-versus-compute curve among them), the t interval with
-the shared-item variance, censoring, Holm's step-down adjustment and its ties, the margin claims'
-p-values (non-inferiority, equivalence by two one-sided tests) and the verdict rule. Coverage on
-simulated suites is tests/analysis/test_coverage.py.
+the estimands (the horizon slope, its default groups and the logit scale at the floor and the
+ceiling; the final difference; claim (b)'s compute ratio, its censoring, and the area under the
+accuracy-versus-compute curve; the datasets each reads), the t interval with the shared-item
+variance, one start, the estimate's printed level, Holm's step-down adjustment and its ties, the
+verdict rule (an interval end exactly on a threshold does not cross it), the margin claims'
+p-values (non-inferiority, equivalence by two one-sided tests) and the bad input refused by name.
+The interval's construction is tests/analysis/test_protocol_intervals.py, the array path
+test_protocol_arrays.py; coverage on simulated suites is tests/analysis/test_coverage.py.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pandas as pd
@@ -31,15 +36,15 @@ from analysis.claims.protocol import (
     holm,
     horizon_slope,
     linear_intervals,
+    reached_level,
     resolved,
     verdict,
 )
 from analysis.simulate import Design, simulate_items
-
-#: Sums and means of at most a few hundred values in [0, 1] in float64, taken in another order by
-#: the test: rounding is a few ulps of the result's magnitude (<= ~10); a wrong weight or item
-#: moves them by >= 1e-3.
-TOL = 1e-9
+from testkit.protocol import TOL, B
+from testkit.protocol import curves as _curves
+from testkit.protocol import est as _est
+from testkit.protocol import groups as _groups
 
 
 def _table(finals: dict, horizons: dict, fraction: float = 1.0, compute: float = 1.0):
@@ -60,7 +65,7 @@ def _random_finals(rng, starts=4, seeds=1, sizes=(3, 5, 8)):
     return finals
 
 
-# --- estimands -----------------------------------------------------------------------------
+# --- estimands -------------------------------------------------------------------------------
 
 
 def test_horizon_slope_is_the_items_least_squares_slope_per_start():
@@ -151,19 +156,63 @@ def test_logit_slope_of_a_constant_logit_shift_is_zero():
     assert abs(horizon_slope(items, "a", "b").effect) > 0.03
 
 
-# --- claim (b) -----------------------------------------------------------------------------
+# --- the horizon slope's groups and the logit scale at the floor and the ceiling -------------
 
 
-def _curves(curves: dict, items: int = 10) -> pd.DataFrame:
-    """{(start, seed, algorithm): [accuracy at fractions 0.25, .5, .75, 1]} -> item table, the
-    first round(acc * items) items correct; compute 1000 x fraction."""
+def _finals(per_group: dict[str, tuple[float, float]], starts: int = 3, items: int = 8):
+    """Final evals per start: for each dataset (horizon in its name, or none) a's and b's
+    accuracy, plus a start-specific offset on a (so the starts differ)."""
     rows = []
-    for (start, seed, algo), accs in curves.items():
-        for f, acc in zip((0.25, 0.5, 0.75, 1.0), accs, strict=True):
-            for i in range(items):
-                rows.append((start, seed, algo, "d", np.nan, f"i{i}", f, 1000 * f,
-                             float(i < round(acc * items))))  # fmt: skip
+    for s in range(starts):
+        for ds, (acc_a, acc_b) in per_group.items():
+            h = float(ds[1:]) if ds.startswith("h") else np.nan
+            for algo, acc in (
+                ("a", acc_a + 0.1 * (s % 2) * (h if h == h else 0) / 8),
+                ("b", acc_b),
+            ):
+                for i in range(items):
+                    rows.append((f"s{s}", s, algo, ds, h, f"i{i}", 1.0, 1000.0,
+                                 float(i < round(acc * items))))  # fmt: skip
     return pd.DataFrame(rows, columns=list(ITEM_COLUMNS))
+
+
+def test_horizon_slope_defaults_to_the_datasets_with_a_horizon() -> None:
+    """Without ``datasets`` the groups are every dataset with a horizon (an overall dataset
+    without one is left out); two distinct horizons are enough for a slope; ``datasets`` picks
+    the groups; the estimate names what it compared and its scale."""
+    items = _finals({"h2": (0.5, 0.5), "h4": (0.75, 0.5), "h8": (1.0, 0.5), "all": (0.0, 1.0)})
+    est = horizon_slope(items, "a", "b", folds=1)
+    assert est == horizon_slope(items, "a", "b", ["h2", "h4", "h8"], folds=1)
+    assert (est.estimand, est.a, est.b, est.scale) == ("horizon_slope", "a", "b", "accuracy")
+    # start 0: differences (0, .25, .5) over horizons 2, 4, 8 with equal weights: mean horizon
+    # 14/3, sum dx d = 1.5, sum dx^2 = 168/9, slope 9/112
+    assert est.per_start[0] == pytest.approx(9 / 112, rel=1e-12)
+    two = horizon_slope(items, "a", "b", ["h2", "h8"], folds=1)
+    assert two.per_start[0] == pytest.approx(0.5 / 6, rel=1e-12)
+    assert horizon_slope(items, "a", "b", ["h2", "h4"], folds=1).per_start[0] == pytest.approx(
+        0.25 / 2, rel=1e-12
+    )
+    logit = horizon_slope(items, "a", "b", folds=1, scale="logit")
+    assert (logit.scale, logit.a, logit.b) == ("logit", "a", "b")
+    with pytest.raises(ValueError) as err:
+        horizon_slope(items, "a", "b", scale="log")
+    assert str(err.value) == "scale must be 'accuracy' or 'logit', got 'log'"
+    with pytest.raises(ValueError, match="two or more datasets with distinct horizons"):
+        horizon_slope(items, "a", "b", ["h4"], folds=1)
+
+
+def test_the_logit_slope_clips_half_an_item_inside_floor_and_ceiling() -> None:
+    """A group at 1 (or 0) is read at 1 - 1/(2n) (or 1/(2n)): with 8 items, logit(15/16) =
+    log 15; with one item, 1/2 either way (logit 0)."""
+    up = horizon_slope(_groups({"h1": (1.0, 0.0), "h2": (0.5, 0.5)}, 8), "a", "b", scale="logit")
+    assert up.per_start[0] == pytest.approx(-2 * math.log(15), rel=1e-12)
+    down = horizon_slope(_groups({"h1": (0.0, 1.0), "h2": (0.5, 0.5)}, 8), "a", "b", scale="logit")
+    assert down.per_start[0] == pytest.approx(2 * math.log(15), rel=1e-12)
+    one = horizon_slope(_groups({"h1": (1.0, 0.0), "h2": (0.0, 1.0)}, 1), "a", "b", scale="logit")
+    assert one.per_start[0] == 0.0
+
+
+# --- claim (b) -------------------------------------------------------------------------------
 
 
 def test_compute_ratio_hand_worked():
@@ -198,6 +247,62 @@ def test_compute_ratio_interpolates_and_censors():
     tstat = logs.mean() / stats.sem(logs)
     assert est.p_value == pytest.approx(min(1.0, 2 * stats.t.sf(tstat, 2)), abs=TOL)
     assert verdict(est, 0.05, "less") != SUPERIOR
+
+
+def test_compute_ratio_names_what_it_compared_and_its_scale() -> None:
+    items = _curves({
+        ("s1", 1, "a"): [0.4, 0.6, 0.6, 0.6], ("s1", 1, "b"): B,
+        ("s2", 2, "a"): [0.3, 0.5, 0.7, 0.5], ("s2", 2, "b"): B,
+    })  # fmt: skip
+    est = compute_ratio(items, "a", "b", folds=1)
+    assert (est.estimand, est.a, est.b, est.scale) == ("compute_ratio", "a", "b", "log")
+    assert (est.n_starts, est.n_seeds, est.censored) == (2, 1, 0)
+    with pytest.raises(ValueError) as err:
+        compute_ratio(items, "a", "b", denominator="final")
+    assert str(err.value) == "denominator must be 'crossing' or 'budget', got 'final'"
+
+
+def _two_datasets() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Dataset d, and d with a dataset e on which a is slower: (d's items, both's items)."""
+    d = _curves({
+        ("s1", 1, "a"): [0.4, 0.6, 0.6, 0.6], ("s1", 1, "b"): B,
+        ("s2", 2, "a"): [0.3, 0.5, 0.7, 0.5], ("s2", 2, "b"): B,
+    })  # fmt: skip
+    e = _curves({
+        ("s1", 1, "a"): [0.1, 0.2, 0.3, 0.6], ("s1", 1, "b"): B,
+        ("s2", 2, "a"): [0.1, 0.1, 0.2, 0.6], ("s2", 2, "b"): B,
+    }, datasets=("e",))  # fmt: skip
+    both = pd.concat([d, e], ignore_index=True)
+    return d, both
+
+
+def test_compute_ratio_reads_only_the_datasets_asked_for() -> None:
+    """On dataset e, a is slower than on d: the ratio on ``datasets=["d"]`` is d's alone, the
+    same as on the item table without e, and not the ratio over both."""
+    d, both = _two_datasets()
+    only_d = compute_ratio(both, "a", "b", ["d"], folds=1)
+    assert only_d.per_start == pytest.approx(compute_ratio(d, "a", "b", folds=1).per_start)
+    assert only_d.per_start == pytest.approx((2 / 3, 1.0))
+    assert compute_ratio(both, "a", "b", folds=1).per_start != pytest.approx(only_d.per_start)
+    only_e = compute_ratio(both, "a", "b", ["e"], folds=1)
+    assert only_e.per_start == pytest.approx((4 / 3, 4 / 3))  # a at 1000, b at 750
+
+
+def test_the_censored_count_is_of_starts_and_on_one_start_of_seeds() -> None:
+    """Over two or more starts, ``censored`` counts the starts where a never reached the target
+    on some seed (two censored seeds of one start count once); over one start, whether any
+    seed was."""
+    never = [0.1, 0.2, 0.3, 0.4]
+    two = _curves({
+        ("s1", 1, "a"): never, ("s1", 1, "b"): B, ("s1", 2, "a"): never, ("s1", 2, "b"): B,
+        ("s2", 3, "a"): never, ("s2", 3, "b"): B,
+    })  # fmt: skip
+    assert compute_ratio(two, "a", "b", folds=1).censored == 2
+    three = pd.concat([two, _curves({("s3", 4, "a"): B, ("s3", 4, "b"): B})], ignore_index=True)
+    assert compute_ratio(three, "a", "b", folds=1).censored == 2
+    one = two[two["start"] == "s1"]
+    est = compute_ratio(one, "a", "b", folds=1)
+    assert est.n_starts == 1 and est.censored == 1
 
 
 # --- claim (b)'s primary estimand: the normalised area under the curve -----------------------
@@ -275,6 +380,13 @@ def test_area_difference_matches_a_loop_over_runs():
     assert est.se >= area_difference(items, "sppo", "grpo", folds=1).se
 
 
+def test_area_difference_reads_only_the_datasets_asked_for() -> None:
+    d, both = _two_datasets()
+    only_d = area_difference(both, "a", "b", ["d"], folds=1)
+    assert only_d.per_start == pytest.approx(area_difference(d, "a", "b", folds=1).per_start)
+    assert area_difference(both, "a", "b", folds=1).per_start != pytest.approx(only_d.per_start)
+
+
 def test_area_needs_every_eval():
     items = _curves({("s1", 1, "a"): [0.2, 0.4, 0.6, 0.8], ("s1", 1, "b"): [0.2, 0.2, 0.6, 0.6]})
     items = items[~((items["algorithm"] == "a") & (items["budget_fraction"] == 0.5))]
@@ -282,26 +394,7 @@ def test_area_needs_every_eval():
         area_difference(items, "a", "b")
 
 
-def test_isotonic_fit_matches_pool_adjacent_violators():
-    from analysis.claims.protocol import _isotonic  # the helper under test, loop versus vectorised
-
-    def pava(y):
-        blocks = [[v, 1] for v in y]
-        i = 0
-        while i < len(blocks) - 1:
-            if blocks[i][0] / blocks[i][1] > blocks[i + 1][0] / blocks[i + 1][1]:
-                blocks[i] = [blocks[i][0] + blocks[i + 1][0], blocks[i][1] + blocks[i + 1][1]]
-                del blocks[i + 1]
-                i = max(i - 1, 0)
-            else:
-                i += 1
-        return np.concatenate([[s / n] * n for s, n in blocks])
-
-    y = np.random.default_rng(4).random((50, 9))
-    np.testing.assert_allclose(_isotonic(y), np.stack([pava(r) for r in y]), atol=TOL)
-
-
-# --- one start -----------------------------------------------------------------------------
+# --- one start -------------------------------------------------------------------------------
 
 
 def test_one_start_is_conditional_over_its_seeds_and_gets_no_verdict():
@@ -322,7 +415,44 @@ def test_one_start_one_seed_is_an_interval_over_items_alone():
     assert est.conditional and est.df == 19 and np.isfinite(est.se) and est.se > 0
 
 
-# --- Holm and the verdict ------------------------------------------------------------------
+# --- the estimate's level --------------------------------------------------------------------
+
+
+def test_the_estimate_carries_its_confidence_and_the_level_its_estimand_reaches() -> None:
+    """At 0.9 the estimate records 0.9 and prints it as its level; at 0.95 over 3 starts the
+    horizon slope's level is the simulation's 0.97 and the area's 0.94 (not the final
+    difference's 0.95)."""
+    items = _groups({"h1": (0.8, 0.5), "h2": (0.6, 0.5), "h4": (0.5, 0.5)}, 10)
+    at90 = horizon_slope(items, "a", "b", confidence=0.9, folds=2)
+    assert (at90.confidence, at90.level) == (0.9, 0.9)
+    at95 = horizon_slope(items, "a", "b", folds=2)
+    assert (at95.confidence, at95.level) == (0.95, 0.97)
+    curves = _curves(
+        {(f"s{s}", s, algo): acc for s in (1, 2, 3) for algo, acc in (("a", B), ("b", B))}
+    )
+    assert area_difference(curves, "a", "b", folds=2).level == 0.94
+
+
+def test_reached_level_by_estimand_and_starts() -> None:
+    """The coverage printed at 95%: the simulated level at the largest measured count of starts
+    at or below n (3 starts: the horizon slope 0.97, the area 0.94); the nominal level at other
+    confidences and below 3 starts; the default estimand is the final difference."""
+    assert reached_level(3) == 0.95 == reached_level(3, 0.95, "final_difference")
+    assert reached_level(3, estimand="horizon_slope") == 0.97
+    assert reached_level(4, estimand="horizon_slope") == 0.97
+    assert reached_level(5, estimand="horizon_slope") == 0.95
+    assert reached_level(3, estimand="area_difference") == 0.94
+    assert reached_level(2, estimand="horizon_slope") == 0.95
+    assert reached_level(3, 0.9, "horizon_slope") == 0.9
+    with pytest.raises(ValueError) as err:
+        reached_level(5, estimand="area")
+    assert str(err.value) == (
+        "estimand must be one of ['horizon_slope', 'final_difference', 'area_difference', "
+        "'compute_ratio'], got 'area'"
+    )
+
+
+# --- Holm and the verdict --------------------------------------------------------------------
 
 
 def test_holm_hand_worked_family():
@@ -365,6 +495,45 @@ def test_holm_counts_the_absent_members_of_the_family():
         holm([0.1, 0.2], family_size=1)
 
 
+def test_holm_rejects_every_member_when_none_fails() -> None:
+    rows = holm([0.001, 0.004, 0.01], 0.05)
+    assert [r.rejected for r in rows] == [True, True, True]
+    assert [r.rank for r in rows] == [1, 2, 3]
+
+
+def test_holm_refuses_levels_and_p_values_outside_their_ranges() -> None:
+    for alpha in (0.0, 1.0, 1.5, -0.1):
+        with pytest.raises(ValueError) as err:
+            holm([0.01], alpha)
+        assert str(err.value) == f"alpha must be in (0, 1), got {alpha}"
+    for bad in ([1.5, 0.1], [-0.01]):
+        with pytest.raises(ValueError) as err:
+            holm(bad)
+        assert str(err.value) == f"p-values must be in [0, 1], got {bad}"
+    with pytest.raises(ValueError) as err:
+        holm([0.1, 0.2], family_size=1)
+    assert str(err.value) == "family_size=1 is smaller than the 2 p-values given"
+    # the ends of both ranges are accepted: p = 0 and p = 1, alpha just inside (0, 1)
+    rows = holm([0.0, 1.0], alpha=0.999)
+    assert [(r.p, r.rank, r.rejected) for r in rows] == [(0.0, 1, True), (1.0, 2, False)]
+    assert [r.alpha_adj for r in holm([0.0, 1.0], alpha=1e-9)] == [1e-9 / 2, 1e-9]
+
+
+def test_holm_rows_hold_plain_numbers_and_untested_members_read_p_one() -> None:
+    """An untested member (NaN) enters as p = 1 and is shown so; every field is a plain Python
+    number of its documented type."""
+    rows = holm([float("nan"), 0.004, 0.03], alpha=0.05, family_size=4)
+    assert [r.p for r in rows] == [1.0, 0.004, 0.03]
+    assert [r.rank for r in rows] == [3, 1, 2]
+    assert [r.alpha_adj for r in rows] == pytest.approx([0.05 / 2, 0.05 / 4, 0.05 / 3])
+    assert [r.p_adj for r in rows] == pytest.approx([1.0, 0.016, 0.09])
+    # 0.004 <= 0.05 / 4 is rejected; 0.03 > 0.05 / 3 stops the step-down
+    assert [r.rejected for r in rows] == [False, True, False]
+    for r in rows:
+        assert type(r.p) is float and type(r.rank) is int and type(r.rejected) is bool
+        assert type(r.alpha_adj) is float and type(r.p_adj) is float
+
+
 def _estimate(lo, hi, se, estimand="final_difference", n_starts=5, censored=0):
     effect = (lo + hi) / 2
     return ClaimEstimate(
@@ -389,7 +558,72 @@ def test_verdict_uses_the_interval_at_the_adjusted_level():
         verdict(est, 0.05, "up")
 
 
-# --- bad input -----------------------------------------------------------------------------
+def test_smallest_detectable_effect_at_the_holm_level():
+    """mde_at(alpha) = (t(1 - alpha/2) + t(0.8)) x se at the interval's df: the nominal mde at
+    0.05, and 1.41 times larger at a Holm level of 0.0125 over 4 degrees of freedom."""
+    est = _estimate(-0.05, 0.05, 0.02)
+    assert est.mde_at(0.05) == pytest.approx((stats.t.ppf(0.975, 4) + stats.t.ppf(0.8, 4)) * 0.02)
+    at_holm = est.mde_at(0.0125)
+    assert at_holm == pytest.approx((stats.t.ppf(1 - 0.00625, 4) + stats.t.ppf(0.8, 4)) * 0.02)
+    assert at_holm / est.mde_at(0.05) == pytest.approx(1.414, abs=1e-3)  # 4 degrees of freedom
+
+
+def _touching(end: str, at: float, alpha: float = 0.05, df: float = 4.0) -> ClaimEstimate:
+    """An estimate whose interval at level 1 - alpha has its ``end`` ("lo" or "hi") exactly at
+    ``at`` (float64), found by trying standard errors until the subtraction is exact."""
+    for se in np.linspace(0.01, 0.02, 401):
+        half = float(stats.t.ppf(1 - alpha / 2, df)) * float(se)
+        effect = at + half if end == "lo" else at - half
+        est = _est(effect, float(se), df)
+        lo, hi = est.interval(alpha)
+        if (lo if end == "lo" else hi) == at:
+            return est
+    raise AssertionError(f"no standard error puts {end} exactly at {at}")
+
+
+def test_an_interval_touching_a_threshold_does_not_cross_it() -> None:
+    """Each verdict needs the interval strictly past its threshold: an end exactly on 0, on -m
+    or on +m leaves the claim where it would be without that end."""
+    m = 0.25
+    tag = f" (margin {m:g})"
+    assert verdict(_touching("lo", 0.0), 0.05, "greater") == NOT_RESOLVED
+    assert verdict(_touching("hi", 0.0), 0.05, "less") == NOT_RESOLVED
+    assert verdict(_touching("lo", 0.0), 0.05, "greater", margin=m) == NON_INFERIOR + tag
+    assert verdict(_touching("lo", -m), 0.05, "greater", margin=m) == NOT_RESOLVED + tag
+    assert verdict(_touching("hi", m), 0.05, "less", margin=m) == NOT_RESOLVED + tag
+    assert verdict(_touching("hi", -m), 0.05, "greater", margin=m) == NOT_RESOLVED + tag
+    assert verdict(_touching("lo", m), 0.05, "less", margin=m) == NOT_RESOLVED + tag
+    assert verdict(_touching("hi", 0.0), 0.05, "greater") == NOT_RESOLVED
+    assert verdict(_touching("lo", 0.0), 0.05, "less") == NOT_RESOLVED
+    # equivalence: inside (-m, m) strictly; outside [-m, m] strictly
+    assert verdict(_touching("lo", -m), 0.05, "equivalent", margin=m) == NOT_RESOLVED + tag
+    assert verdict(_touching("hi", m), 0.05, "equivalent", margin=m) == NOT_RESOLVED + tag
+    assert verdict(_touching("lo", m), 0.05, "equivalent", margin=m) == NOT_RESOLVED + tag
+    assert verdict(_touching("hi", -m), 0.05, "equivalent", margin=m) == NOT_RESOLVED + tag
+
+
+def test_verdict_without_an_interval_and_the_claims_it_refuses() -> None:
+    nan = float("nan")
+    assert verdict(_est(0.05, nan, 4.0), 0.05, "greater", margin=0.02) == (
+        f"{NOT_RESOLVED} (margin 0.02)"
+    )
+    assert verdict(_est(0.05, nan, 4.0), 0.05, "greater") == NOT_RESOLVED
+    with pytest.raises(ValueError) as err:
+        verdict(_est(0.05, 0.01, 4.0), 0.05, "equivalent")
+    assert str(err.value) == "direction 'equivalent' needs a margin > 0 (the estimand's units)"
+    for margin in (0.0, -0.1, float("inf")):
+        with pytest.raises(ValueError) as err:
+            verdict(_est(0.05, 0.01, 4.0), 0.05, "greater", margin=margin)
+        assert str(err.value) == (
+            f"margin must be a number > 0 (the estimand's units), got {margin!r}"
+        )
+    ratio = ClaimEstimate(**{**_est(0.8, 0.1, 4.0).__dict__, "estimand": "compute_ratio"})
+    with pytest.raises(ValueError) as err:
+        claim_p_value(ratio, "less", 0.1)
+    assert str(err.value) == "compute_ratio takes no margin: its claims are superiority claims"
+
+
+# --- bad input -------------------------------------------------------------------------------
 
 
 def test_bad_input_names_the_field():
@@ -406,19 +640,27 @@ def test_bad_input_names_the_field():
         final_difference(items, "a", "b", confidence=95)
 
 
+def test_the_item_table_check_names_the_side_and_a_repeated_algorithm() -> None:
+    items = _curves({("s1", 1, "a"): B, ("s1", 1, "b"): B})
+    with pytest.raises(ValueError) as err:
+        final_difference(items, "a", "c")
+    assert str(err.value) == "b='c' has no rows; algorithms present: ['a', 'b']"
+    with pytest.raises(ValueError) as err:
+        final_difference(items, "a", "a")
+    assert str(err.value) == "a and b must differ, got 'a' twice"
+
+
+def test_curves_without_a_scored_item_are_refused_by_name() -> None:
+    items = _curves({("s1", 1, "a"): B, ("s1", 1, "b"): B}).assign(correct=np.nan)
+    for fn, name in ((area_difference, "area_difference"), (compute_ratio, "compute_ratio")):
+        with pytest.raises(ValueError) as err:
+            fn(items, "a", "b")
+        assert str(err.value) == f"no item of 'a' or 'b' has a score; {name} needs their curves"
+
+
 def test_final_items_takes_each_runs_largest_fraction():
     items = _curves({("s", 1, "a"): [0.1, 0.2, 0.3, 0.4], ("s", 1, "b"): [0.1, 0.2, 0.3, 0.4]})
     assert set(final_items(items)["budget_fraction"]) == {1.0}
-
-
-def test_smallest_detectable_effect_at_the_holm_level():
-    """mde_at(alpha) = (t(1 - alpha/2) + t(0.8)) x se at the interval's df: the nominal mde at
-    0.05, and 1.41 times larger at a Holm level of 0.0125 over 4 degrees of freedom."""
-    est = _estimate(-0.05, 0.05, 0.02)
-    assert est.mde_at(0.05) == pytest.approx((stats.t.ppf(0.975, 4) + stats.t.ppf(0.8, 4)) * 0.02)
-    at_holm = est.mde_at(0.0125)
-    assert at_holm == pytest.approx((stats.t.ppf(1 - 0.00625, 4) + stats.t.ppf(0.8, 4)) * 0.02)
-    assert at_holm / est.mde_at(0.05) == pytest.approx(1.414, abs=1e-3)  # 4 degrees of freedom
 
 
 # --- margins: non-inferiority and equivalence ------------------------------------------------
@@ -482,6 +724,20 @@ def test_margin_p_values_by_hand():
     assert claim_p_value(est, "greater") == est.p_value  # superiority: the estimate's own test
     below = _estimate(-0.05 - 0.0277, -0.05 + 0.0277, 0.01)  # effect -0.05: below -m
     assert claim_p_value(below, "greater", 0.02) == pytest.approx(2 * stats.t.sf(3, 4))
+
+
+def test_margin_p_value_without_a_usable_standard_error_or_with_none_at_all() -> None:
+    """A missing se, df or effect (NaN), or df <= 0, gives no p-value (NaN); a df between 0 and
+    1 is a t distribution like any other; se = 0 (every start agrees exactly) puts an effect
+    off the margin infinitely far from it: p = 0."""
+    nan = float("nan")
+    for e, se, df in ((0.01, nan, 4.0), (0.01, 0.01, nan), (nan, 0.01, 4.0), (0.01, 0.01, 0.0)):
+        assert math.isnan(claim_p_value(_est(e, se, df), "greater", 0.02)), (e, se, df)
+    half = claim_p_value(_est(0.01, 0.01, 0.5), "greater", 0.02)
+    assert half == pytest.approx(2 * stats.t.sf(3.0, 0.5), rel=1e-12) and half > 0.1
+    assert claim_p_value(_est(0.01, 0.0, 4.0), "greater", 0.02) == 0.0
+    assert claim_p_value(_est(-0.05, 0.0, 4.0), "greater", 0.02) == 0.0  # holds not: also sure
+    assert claim_p_value(_est(0.0, 0.0, 4.0), "equivalent", 0.02) == 0.0
 
 
 def test_margin_p_value_and_verdict_agree_at_any_level():

@@ -1,24 +1,34 @@
-"""The protocol's array path (analysis/claims/protocol.py: ``ratio_intervals``, ``area_intervals`` and
-``linear_intervals(method="bootstrap")``), which the coverage simulations run instead of the
-item-table functions the report calls. Each is checked against what it stands for: the array
-functions against the item-table functions on the same suite, batched suites against each suite
-alone, and the bootstrap against a loop written from its docstring. Small simulated suites:
-fast, so these run in the mutation scope (docs/mutation.md)."""
+"""The protocol's array path (analysis/claims/protocol.py: ``ratio_intervals``, ``area_intervals``,
+``trapezoid_weights`` and ``linear_intervals``, its bootstrap among them), which the coverage
+simulations run instead of the item-table functions the report calls. Each is checked against what
+it stands for: the array functions against the item-table functions on the same suite, batched
+suites against each suite alone, the ratio on hand-built arrays (each algorithm's compute axis, the
+mean over groups, b's whole tail) and at its edges (a crossing at the first eval, censored starts
+counted per suite), the item table read into curves (which runs and evals; the isotonic fit, the
+crossing and the trapezoid weights on their own), and the bootstrap against a loop written from
+its docstring (ties at no effect, a start without data).
+Small simulated suites: fast, so these run in the mutation scope (docs/mutation.md)."""
 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from analysis.claims.protocol import (
+    ITEM_COLUMNS,
     _curve_arrays,
     area_difference,
     area_intervals,
     compute_ratio,
     linear_intervals,
     ratio_intervals,
+    trapezoid_weights,
 )
 from analysis.simulate import Design, simulate_items
+from testkit.protocol import TOL, B
+from testkit.protocol import curves as _curves
+from testkit.protocol import no_warnings as _no_warnings
 
 FIELDS = ("effect", "lo", "hi", "p_value", "se", "df", "censored")
 
@@ -134,6 +144,19 @@ def test_batched_suites_are_each_suite_alone() -> None:
     assert len({round(float(v), 12) for v in area.effect}) == 3  # three different suites
 
 
+def test_linear_intervals_batched_with_horizons_are_each_suite_alone() -> None:
+    rng = np.random.default_rng(5)
+    n = rng.integers(3, 6, size=(3, 5, 3, 2)).astype(float)
+    sa = rng.binomial(n.astype(int), 0.6).astype(float)
+    sb = rng.binomial(n.astype(int), 0.4).astype(float)
+    h = (1.0, 2.0, 6.0)
+    both = linear_intervals(sa, sb, n, h)
+    for j in range(3):
+        alone = linear_intervals(sa[j], sb[j], n[j], h)
+        for f in ("effect", "lo", "hi", "p_value", "se", "df"):
+            assert getattr(both, f)[j] == pytest.approx(float(getattr(alone, f)), rel=1e-12)
+
+
 def test_one_fold_gives_the_t_interval_over_starts_alone() -> None:
     """With a single item fold there is no jackknife: the interval is the t interval of the
     starts' effects (mean over seeds), for the area and for the log ratio."""
@@ -150,6 +173,217 @@ def test_one_fold_gives_the_t_interval_over_starts_alone() -> None:
     rest = compute_ratio(items, "sppo", "grpo", folds=1)
     _same(rest, riv)
     assert float(riv.df) == 3
+
+
+# --- the compute ratio on hand-built arrays: compute axes, groups, b's tail, censoring -------
+
+
+def test_the_ratio_reads_each_algorithm_on_its_own_compute_axis() -> None:
+    """Three runs (a batch) of one eval group, 10 items, evals at budget fractions 0.25 .. 1, b
+    ending at 0.5 (the target, its tail's mean). Run 0: a (compute 0, 0.5, 1, 2) crosses 0.5
+    halfway between 0.4 and 0.6, at 0.75, b (compute 0, 0.25, 0.5, 1) reaches it at 0.5: 1.5.
+    Run 1 (compute x4 for b, x8 for a): a is at the target from its first eval, at compute 0,
+    which counts at the run's smallest positive compute (1): 1 / 2. Run 2: a never reaches it,
+    censored at its own spent compute, 8 / 2 = 4 (a lower bound: the upper end infinite). The
+    evals' fractions only pick b's tail, relative to the largest."""
+    acc_b = [0.1, 0.3, 0.5, 0.5]
+    runs = [
+        ([0.2, 0.4, 0.6, 0.8], [0.0, 0.5, 1.0, 2.0], [0.0, 0.25, 0.5, 1.0]),
+        ([0.6, 0.6, 0.7, 0.8], [0.0, 2.0, 4.0, 8.0], [0.0, 1.0, 2.0, 4.0]),
+        ([0.1, 0.2, 0.3, 0.4], [0.0, 2.0, 4.0, 8.0], [0.0, 1.0, 2.0, 4.0]),
+    ]
+    s = np.zeros((3, 1, 1, 2, 1, 4, 1))  # (batch, start, seed, algorithm, group, eval, fold)
+    x = np.zeros((3, 1, 1, 2, 4))
+    for i, (acc_a, x_a, x_b) in enumerate(runs):
+        s[i, 0, 0, 0, 0, :, 0], s[i, 0, 0, 1, 0, :, 0] = (
+            np.multiply(acc_a, 10),
+            np.multiply(acc_b, 10),
+        )
+        x[i, 0, 0, 0], x[i, 0, 0, 1] = x_a, x_b
+    n = np.full(s.shape, 10.0)
+    fractions = np.array([0.25, 0.5, 0.75, 1.0])
+    iv = ratio_intervals(s, n, x, fractions)
+    np.testing.assert_allclose(iv.effect, [1.5, 0.5, 4.0], rtol=1e-12)
+    np.testing.assert_array_equal(iv.censored, [0, 0, 1])
+    assert np.isinf(iv.hi[2])
+    shorter = ratio_intervals(s, n, x, fractions * 0.8)  # evals ending at 0.8 of the budget
+    np.testing.assert_allclose(shorter.effect, iv.effect, rtol=1e-12)
+
+
+def test_the_ratio_reads_the_mean_over_groups_and_b_s_whole_tail() -> None:
+    """Two eval groups of 10 and 4 items give the curve of their mean accuracy (the same ratio
+    as one group holding that mean), and b's target is the mean of every eval in the last
+    quarter of the budget, the one at 0.75 included: b at 0.3 and 0.7 there and at the end makes
+    0.5 the target, which a (0.4 at 0.5, 0.6 at 1) and b (0.3 at 0.5, 0.7 at 1) both reach at
+    0.75: a ratio of 1."""
+    acc_a = np.array([[0.0, 0.2, 0.4, 0.6], [0.4, 0.6, 0.8, 1.0]])  # (group, eval): mean 0.2 ..
+    acc_b = np.array([[0.0, 0.2, 0.1, 0.5], [0.2, 0.4, 0.5, 0.9]])  # mean 0.1, 0.3, 0.3, 0.7
+    counts = np.array([10.0, 4.0])
+    s = np.zeros((1, 1, 2, 2, 4, 1))  # (start, seed, algorithm, group, eval, fold)
+    s[0, 0, 0, :, :, 0] = acc_a * counts[:, None]
+    s[0, 0, 1, :, :, 0] = acc_b * counts[:, None]
+    n = np.broadcast_to(counts[None, None, None, :, None, None], s.shape).copy()
+    x = np.tile(np.array([0.0, 0.5, 1.0, 2.0]), (1, 1, 2, 1))
+    x[0, 0, 1] = [0.0, 0.25, 0.5, 1.0]
+    fractions = np.array([0.25, 0.5, 0.75, 1.0])
+    two = ratio_intervals(s, n, x, fractions)
+    s1 = np.stack([acc_a.mean(0), acc_b.mean(0)])[None, None, :, None, :, None] * 10
+    one = ratio_intervals(s1, np.full(s1.shape, 10.0), x, fractions)
+    assert float(two.effect) == pytest.approx(float(one.effect), rel=1e-12)
+    assert float(one.effect) == pytest.approx(1.0, rel=1e-12)
+
+
+def test_curves_at_floor_ceiling_and_crossing_at_the_first_eval_warn_nothing() -> None:
+    """a at 1.0 from the first eval (it crosses there), b flat (its fit is level, so the
+    crossing's interpolation would divide 0 by 0), a curve at 0: the ratio and the area are
+    computed without a warning, and the crossing at the first eval is that eval's compute."""
+    items = _curves({
+        ("s1", 1, "a"): [1.0, 1.0, 1.0, 1.0], ("s1", 1, "b"): [0.6, 0.6, 0.6, 0.6],
+        ("s2", 2, "a"): [0.0, 0.0, 0.0, 0.0], ("s2", 2, "b"): [0.0, 0.0, 0.0, 0.0],
+        ("s3", 3, "a"): [0.4, 0.6, 0.6, 0.6], ("s3", 3, "b"): B,
+    })  # fmt: skip
+    with _no_warnings():
+        est = compute_ratio(items, "a", "b", folds=2)
+        area = area_difference(items, "a", "b", folds=2)
+        budget = compute_ratio(items, "a", "b", folds=2, denominator="budget")
+    # s1: a reaches 0.6 at its first eval (250), b too (250); s2: both at 0 reach 0 at 250;
+    # s3: a at 500, b at 750
+    assert est.per_start == pytest.approx((1.0, 1.0, 2 / 3))
+    assert budget.per_start == pytest.approx((0.25, 0.25, 0.5))
+    assert area.per_start[1] == 0.0 and area.per_start[0] > 0
+
+
+def _dense(items: pd.DataFrame, folds: int):
+    """A compute-ratio suite's fold sums as ``ratio_intervals`` takes them: s, n, x, fractions."""
+    arr = _arrays(items, "compute_ratio", folds)
+    return arr.s, arr.n, arr.x, arr.fractions
+
+
+def test_ratio_intervals_count_censored_starts_per_suite() -> None:
+    """The array path counts starts with a censored seed along the starts' axis of each suite."""
+    items = simulate_items(Design(n_starts=4, n_seeds=1, items=12, evals=5, speed=4.0), seed=4)
+    est = compute_ratio(items, "sppo", "grpo", folds=2)
+    assert est.censored >= 2
+    s, n, x, fractions = _dense(items, folds=2)
+    iv = ratio_intervals(np.stack([s, s]), np.stack([n, n]), np.stack([x, x]), fractions)
+    assert iv.censored.tolist() == [est.censored, est.censored]
+
+
+# --- the item table read into curves: runs, evals, the isotonic fit, the crossing, weights ---
+
+
+def test_a_seed_run_by_one_algorithm_only_is_left_out() -> None:
+    """A (start, seed) where only a ran pairs with nothing: it is left out of the ratio and the
+    area, and a start with no paired seed is no start at all."""
+    paired = {
+        ("s1", 1, "a"): [0.4, 0.6, 0.6, 0.6], ("s1", 1, "b"): B,
+        ("s2", 2, "a"): [0.3, 0.5, 0.7, 0.5], ("s2", 2, "b"): B,
+    }  # fmt: skip
+    lone = {("s1", 5, "a"): [0.1, 0.1, 0.1, 0.1], ("s3", 6, "a"): [0.9, 0.9, 0.9, 0.9]}
+    items = _curves({**paired, **lone})
+    for fn in (compute_ratio, area_difference):
+        est = fn(items, "a", "b", folds=1)
+        assert (est.n_starts, est.n_seeds) == (2, 1)
+        assert est.per_start == pytest.approx(fn(_curves(paired), "a", "b", folds=1).per_start)
+
+
+def test_a_run_missing_an_eval_is_refused_by_name() -> None:
+    """The curve estimands need every eval of every dataset: a run without one (here a's run of
+    s2, seed 2, on dataset e at fraction 0.5, its compute there still logged through d) is
+    named in the error with the budget fractions."""
+    curves = {
+        ("s1", 1, "a"): [0.4, 0.6, 0.6, 0.6], ("s1", 1, "b"): B,
+        ("s2", 2, "a"): [0.3, 0.5, 0.7, 0.5], ("s2", 2, "b"): B,
+    }  # fmt: skip
+    items = _curves(curves, datasets=("d", "e"))
+    gap = (items["start"] == "s2") & (items["algorithm"] == "a") & (items["dataset"] == "e")
+    items = items[~(gap & (items["budget_fraction"] == 0.5))]
+    for fn, name in ((compute_ratio, "compute_ratio"), (area_difference, "area_difference")):
+        with pytest.raises(ValueError) as err:
+            fn(items, "a", "b", folds=1)
+        assert str(err.value) == (
+            "runs (start, seed) [('s2', 2)] lack an eval of some dataset or a compute value at "
+            f"some budget fraction of [0.25, 0.5, 0.75, 1.0]; {name} needs every eval"
+        )
+    # every eval present, but no compute logged at one of them: refused the same way
+    full = _curves(curves, datasets=("d", "e"))
+    blind = (full["start"] == "s1") & (full["algorithm"] == "b") & (full["budget_fraction"] == 0.75)
+    full.loc[blind, "compute"] = np.nan
+    with pytest.raises(ValueError, match=r"^runs \(start, seed\) \[\('s1', 1\)\] lack an eval"):
+        compute_ratio(full, "a", "b", folds=1)
+
+
+def test_one_item_at_one_eval_is_a_curve() -> None:
+    """The smallest suite the area reads: one item, one eval (weight 1): per start a's score
+    minus b's."""
+    rows = [
+        (start, seed, algo, "d", np.nan, "i0", 1.0, 1000.0, score)
+        for start, seed, algo, score in (
+            ("s1", 1, "a", 1.0), ("s1", 1, "b", 0.0), ("s2", 2, "a", 1.0), ("s2", 2, "b", 1.0),
+        )
+    ]  # fmt: skip
+    items = pd.DataFrame(rows, columns=list(ITEM_COLUMNS))
+    est = area_difference(items, "a", "b", folds=1)
+    assert (est.n_starts, est.n_seeds) == (2, 1)
+    assert est.per_start == pytest.approx((1.0, 0.0))
+
+
+def test_isotonic_fit_matches_pool_adjacent_violators():
+    from analysis.claims.protocol import _isotonic  # the helper under test, loop versus vectorised
+
+    def pava(y):
+        blocks = [[v, 1] for v in y]
+        i = 0
+        while i < len(blocks) - 1:
+            if blocks[i][0] / blocks[i][1] > blocks[i + 1][0] / blocks[i + 1][1]:
+                blocks[i] = [blocks[i][0] + blocks[i + 1][0], blocks[i][1] + blocks[i + 1][1]]
+                del blocks[i + 1]
+                i = max(i - 1, 0)
+            else:
+                i += 1
+        return np.concatenate([[s / n] * n for s, n in blocks])
+
+    y = np.random.default_rng(4).random((50, 9))
+    np.testing.assert_allclose(_isotonic(y), np.stack([pava(r) for r in y]), atol=TOL)
+
+
+def test_the_isotonic_fit_and_the_crossing_warn_nothing_on_their_own() -> None:
+    """The helpers divide by empty blocks (the isotonic fit's means over k < i) and by level
+    steps (the crossing's interpolation between equal values): each keeps its own numpy errors
+    quiet, not only inside the estimators that call it."""
+    from analysis.claims.protocol import _crossing, _isotonic
+
+    y = np.array(
+        [[0.2, 0.1, 0.4, 0.4], [0.0, 0.0, 0.0, 0.0], [0.5, 0.6, 0.7, 0.8], [0.2, 0.6, 0.7, 0.8]]
+    )
+    with _no_warnings():
+        fit = _isotonic(y)
+        cross = _crossing(
+            fit, np.array([1.0, 2.0, 3.0, 4.0]) * np.ones((4, 1)), np.array([0.4, 0.0, 0.4, 0.4])
+        )
+    np.testing.assert_allclose(fit[:2], [[0.15, 0.15, 0.4, 0.4], [0.0, 0.0, 0.0, 0.0]], rtol=1e-12)
+    np.testing.assert_allclose(fit[2:], y[2:], rtol=1e-12)  # increasing: itself
+    # above the target from the first eval: that eval; between the first two: interpolated
+    np.testing.assert_allclose(cross, [3.0, 1.0, 1.0, 1.5], rtol=1e-12)
+
+
+def test_trapezoid_weights_batched_and_at_one_eval() -> None:
+    """Weights along the last axis whose sum with a curve is its trapezoid mean over its span:
+    per row of a batch, half the neighbouring gaps over the span; one eval weighs 1; a curve
+    with no span (all evals at one compute) has no mean (NaN) and warns nothing."""
+    x = np.array([[[0.0, 1.0, 3.0, 4.0]], [[0.0, 2.0, 4.0, 8.0]]])  # (2, 1, 4)
+    w = trapezoid_weights(x)
+    assert w.shape == (2, 1, 4)
+    np.testing.assert_allclose(w[0, 0], [0.5 / 4, 1.5 / 4, 1.5 / 4, 0.5 / 4])
+    np.testing.assert_allclose(w[1, 0], [1 / 8, 2 / 8, 3 / 8, 2 / 8])
+    two = trapezoid_weights(np.array([[0.0, 2.0]]))
+    np.testing.assert_allclose(two, [[0.5, 0.5]])
+    np.testing.assert_array_equal(
+        trapezoid_weights(np.array([[5.0], [7.0], [9.0]])), np.ones((3, 1))
+    )
+    with _no_warnings():
+        flat = trapezoid_weights(np.array([[3.0, 3.0, 3.0]]))
+    assert np.isnan(flat).all()
 
 
 # --- the bootstrap alternative ---------------------------------------------------------------
@@ -259,7 +493,32 @@ def test_linear_bootstrap_batched_and_its_defaults() -> None:
         linear_intervals(sa, sb, n, method="jackknife")
 
 
-# --- b reaches its own target ------------------------------------------------------------
+def test_the_bootstrap_counts_ties_at_zero_on_both_sides_and_batches() -> None:
+    """Replicates exactly at 0 count on both sides (p = 1, never above 1) when a and b score
+    alike; a batch computes each suite's shares alone (a suite where b is ahead throughout has
+    p = 0 beside it); a start without data is left out of each replicate's mean and warns
+    nothing."""
+    rng = np.random.default_rng(3)
+    n = np.full((5, 2, 4), 6.0)
+    sa = rng.binomial(6, 0.5, size=(5, 2, 4)).astype(float)
+    tied = linear_intervals(sa, sa, n, method="bootstrap", reps=200)
+    assert float(tied.p_value) == 1.0 and float(tied.effect) == 0.0
+    sb = np.minimum(sa + 3.0, 6.0)  # b ahead on every fold of every start
+    both = linear_intervals(np.stack([sa, sa]), np.stack([sa, sb]), np.stack([n, n]),
+                            method="bootstrap", reps=200)  # fmt: skip
+    np.testing.assert_array_equal(both.p_value, [1.0, 0.0])
+    gap = n.copy()
+    gap[2], sa_gap, sb_gap = 0.0, sa.copy(), sb.copy()
+    sa_gap[2], sb_gap[2] = 0.0, 0.0
+    with _no_warnings():
+        left = linear_intervals(sa_gap, sb_gap, gap, method="bootstrap", reps=400, seed=1)
+    kept = np.array([0, 1, 3, 4])
+    ref = linear_intervals(sa_gap[kept], sb_gap[kept], gap[kept], method="t")
+    assert float(left.effect) == pytest.approx(float(ref.effect), rel=1e-12)
+    assert np.isfinite(float(left.lo)) and float(left.hi) < 0
+
+
+# --- b reaches its own target ----------------------------------------------------------------
 
 
 def test_b_reaches_its_own_target() -> None:
