@@ -9,8 +9,8 @@
 # Campaign shards from two commits are merged only where all three match.
 #
 #   bash scripts/bit_identity.sh <commit-a> <commit-b> [work-dir]
-# About 8 minutes per commit on 2 loaded cores (the default suite 5 of them). Each commit's histories go to
-# <work-dir>/<commit>/<suite>/results and are reused by a second call.
+# About 8 minutes per commit on 2 loaded cores (the default suite 5 of them). Each commit's
+# histories go to <work-dir>/<commit>/<suite>/results and are reused by a second call.
 set -euo pipefail
 set -f  # the overrides hold [ and { : words, never globs
 A=$1
