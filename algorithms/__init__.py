@@ -36,20 +36,7 @@ _EXPORTS = {
     "config_field": "algorithms.configkit",
 }
 
-__all__ = [
-    "ENTRY_POINT_GROUP",
-    "Algorithm",
-    "AlgorithmConfig",
-    "ConfigError",
-    "CriticKind",
-    "GroupConfig",
-    "UnknownAlgorithmError",
-    "algorithm_class",
-    "config_field",
-    "get_algorithm",
-    "list_algorithms",
-    "register_algorithm",
-]
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:

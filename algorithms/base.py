@@ -467,7 +467,8 @@ def register_algorithm(name: str) -> Callable[[_AlgoT], _AlgoT]:
             raise TypeError(f"{cls.__name__}.Config must be an AlgorithmConfig dataclass")
         if cls.critic not in _CRITIC_KINDS:
             raise TypeError(f"{cls.__name__}.critic={cls.critic!r} is not one of {_CRITIC_KINDS}")
-        _load_builtins()  # a built-in's name is taken before the registry's first lookup too
+        if cls.__module__.removeprefix("algorithms.") not in BUILTINS:
+            _load_builtins()  # a built-in's name is taken before the registry's first lookup too
         if name in _REGISTRY:
             raise ValueError(
                 f"algorithm {name!r} is already registered by {_REGISTRY[name].__module__}."
@@ -499,8 +500,9 @@ _builtins_loaded = False
 
 
 def _load_builtins() -> None:
-    """Import the built-in algorithms once. The flag is set first: their own
-    ``@register_algorithm`` calls come back here while they import."""
+    """Import the built-in algorithms once. Not from a built-in's own registration: one built-in
+    imports another (CISPO subclasses GRPO), and loading the rest from inside the first would
+    import a module half-initialised."""
     global _builtins_loaded
     if _builtins_loaded:
         return
@@ -592,6 +594,7 @@ def _reset_plugins_loaded() -> None:
 def _restore_registry() -> Iterator[None]:
     """Restore the registry and the plugins-loaded flag on exit (tests only)."""
     global _plugins_loaded
+    _load_builtins()  # saved with the built-ins: once loaded, they are never imported again
     saved, saved_loaded = dict(_REGISTRY), _plugins_loaded
     try:
         yield

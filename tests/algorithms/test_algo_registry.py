@@ -279,3 +279,43 @@ def test_plugins_load_once_each_and_only_broken_ones_warn(tmp_path, monkeypatch,
             f"could not load algorithm plugin 'mutants_broken' ({MISSING}): "
             f"ModuleNotFoundError: No module named '{MISSING}'"
         ]
+
+
+@pytest.mark.parametrize(
+    "first", ["algorithms", "algorithms.configkit", *(f"algorithms.{m}" for m in base.BUILTINS)]
+)
+def test_whichever_module_is_imported_first_the_registry_holds_every_builtin(first):
+    """The package loads its built-ins on the registry's first use, not on import. A fresh
+    interpreter that imports one module first (a built-in that imports another, as CISPO
+    imports GRPO; the kit alone) still finds all of them, and a user's registration under a
+    built-in's name is refused before any lookup."""
+    import subprocess
+
+    code = (
+        f"import {first}\n"
+        "import algorithms.base as base\n"
+        "from algorithms import algorithm_class, list_algorithms\n"
+        "print(','.join(n for n in list_algorithms()"
+        " if algorithm_class(n).__module__.startswith('algorithms.')))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    builtins = sorted(
+        n for n, c in base._REGISTRY.items() if c.__module__.startswith("algorithms.")
+    )
+    modules = {base._REGISTRY[n].__module__ for n in builtins}
+    assert modules == {f"algorithms.{m}" for m in base.BUILTINS} and out == ",".join(builtins)
+    clash = (
+        "from algorithms.base import register_algorithm\n"
+        "from algorithms.grpo import GRPO\n"
+        "try:\n"
+        "    register_algorithm('rloo')(type('Mine', (GRPO,), {}))\n"
+        "except ValueError as e:\n"
+        "    print(e)\n"
+    )
+    if first == "algorithms.configkit":
+        said = subprocess.run(
+            [sys.executable, "-c", clash], capture_output=True, text=True, check=True
+        ).stdout
+        assert "'rloo' is already registered by algorithms.rloo" in said

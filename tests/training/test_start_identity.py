@@ -202,10 +202,9 @@ def test_the_key_is_the_one_existing_caches_were_written_under(recipe, target):
     assert cache_key(**as_path) == cache_key(**{**same, "identity": {"data": "/data/x"}})
 
 
-def test_the_key_names_the_folder_policy_start_reads_and_writes(tmp_path):
-    task = ArithTask(horizon=1)
-    tok = build_char_tokenizer(task.alphabet)
-    recipe = StartRecipe(
+def _tiny_recipe(cache_dir: Path) -> StartRecipe:
+    """A start of a few seconds: a 1-layer model, 2 warm-start steps on arith's horizon 1."""
+    return StartRecipe(
         spec=ModelSpec(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32),
         warmstart={
             "phases": [{"steps": 2, "direct_fraction": 0.0}],
@@ -216,12 +215,18 @@ def test_the_key_names_the_folder_policy_start_reads_and_writes(tmp_path):
         },
         task_node={"name": "arith", "horizon": 1, "max_new_tokens": 8},
         model_node={"hidden_size": 16},
-        cache_dir=str(tmp_path),
+        cache_dir=str(cache_dir),
         run_threads=1,
         dtype="float32",
         temperature=1.0,
         top_p=1.0,
     )
+
+
+def test_the_key_names_the_folder_policy_start_reads_and_writes(tmp_path):
+    task = ArithTask(horizon=1)
+    tok = build_char_tokenizer(task.alphabet)
+    recipe = _tiny_recipe(tmp_path)
     _, info = policy_start(recipe, 4, task, tok)
     assert Path(info["path"]) == tmp_path / "warmstart" / recipe.policy_key(4)
     _, again = policy_start(recipe, 4, task, tok)
@@ -233,23 +238,7 @@ def test_build_starts_builds_each_start_seed_once_into_the_cache_runs_read(tmp_p
     start seed once, into the folder ``policy_start`` then reads as cached; a fresh model (no
     warm start) has nothing to build."""
     task = ArithTask(horizon=1)
-    recipe = StartRecipe(
-        spec=ModelSpec(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32),
-        warmstart={
-            "phases": [{"steps": 2, "direct_fraction": 0.0}],
-            "batch_size": 4,
-            "eval_every": 2,
-            "val_size": 4,
-            "lr": 1e-3,
-        },
-        task_node={"name": "arith", "horizon": 1, "max_new_tokens": 8},
-        model_node={"hidden_size": 16},
-        cache_dir=str(tmp_path),
-        run_threads=1,
-        dtype="float32",
-        temperature=1.0,
-        top_p=1.0,
-    )
+    recipe = _tiny_recipe(tmp_path)
     built = build_starts(recipe, [3, 1, 3], task)
     assert sorted(built) == [1, 3] and not any(info["cached"] for info in built.values())
     for seed in (1, 3):
