@@ -17,6 +17,7 @@ from algorithms import Algorithm, ConfigError, get_algorithm, list_algorithms
 from algorithms.configkit import config_value
 from analysis.claims.spec import Claim, parse_claims
 from benchmarks.engines.factory import check_rollout_config
+from benchmarks.suite.components import RayConfig, TrackingConfig
 from benchmarks.suite.jobs import is_ray, resolve_jobs
 from benchmarks.tasks.base import Task
 from benchmarks.tasks.build import build_task
@@ -69,10 +70,8 @@ class SuitePlan:
     warmstart: dict[str, Any]
     #: The ``engine`` node: ``name``, ``device``, ``rollout`` and the engine's own settings.
     engine: dict[str, Any]
-    tracking_uri: str
-    #: Where ``tracking_uri`` came from, for messages: ``tracking.uri`` or the environment.
-    tracking_key: str
-    experiment: str
+    #: ``tracking``: the MLflow store, where its URI came from, and the experiment.
+    tracking: TrackingConfig
     suite_name: str
     #: Write the analysis report at the end (``suite.report``).
     report: bool
@@ -92,9 +91,8 @@ class SuitePlan:
     plugins: list[str]
     #: The whole resolved config: run params, the config hash, what a worker validates again.
     resolved: dict[str, Any]
-    #: ``ray.address`` (``auto`` or ``<host>:<port>``) and ``ray.max_retries``, for ``jobs=ray``.
-    ray_address: str = "auto"
-    ray_max_retries: int = 3
+    #: ``ray``: the cluster ``jobs=ray`` runs on.
+    ray: RayConfig = RayConfig()
 
     @property
     def device(self) -> str:
@@ -163,7 +161,7 @@ def validate(cfg: Any) -> SuitePlan:
     algorithms, trainers = _algorithms_and_trainers(cfg)
     budget = _budget(cfg)
     threads, seeds = _counts(cfg)
-    ray_address, ray_retries = _ray(cfg)
+    ray = RayConfig.from_node(as_dict(cfg.ray) if cfg.get("ray") else None)
     precision = _precision(cfg)
     task = _task(cfg)
     _check_warmstart(cfg)
@@ -174,7 +172,7 @@ def validate(cfg: Any) -> SuitePlan:
     if cfg.engine.name == "torch":  # verl's own `engine.rollout` names verl's backend
         check_rollout_config(cfg.engine)
     min_free = _min_free_disk(cfg)
-    tracking_uri, tracking_key = _tracking(cfg)
+    tracking = TrackingConfig.from_node(as_dict(cfg.tracking))
     resolved = OmegaConf.to_container(cfg, resolve=True)
     resolved["precision"] = precision  # type: ignore[index]  # logged and hashed resolved
     return SuitePlan(
@@ -187,9 +185,7 @@ def validate(cfg: Any) -> SuitePlan:
         task_node=as_dict(cfg.task),
         warmstart=as_dict(cfg.warmstart),
         engine=as_dict(cfg.engine),
-        tracking_uri=tracking_uri,
-        tracking_key=tracking_key,
-        experiment=str(cfg.tracking.experiment),
+        tracking=tracking,
         suite_name=str(cfg.suite.name),
         report=config_value("suite.report", cfg.suite.get("report", True), bool),
         claims=claims,
@@ -202,8 +198,7 @@ def validate(cfg: Any) -> SuitePlan:
         precision=precision,
         plugins=plugins,
         resolved=resolved,  # type: ignore[arg-type]
-        ray_address=ray_address,
-        ray_max_retries=ray_retries,
+        ray=ray,
     )
 
 
@@ -513,36 +508,6 @@ def _check_prompt_pool(cfg: Any, trainers: Mapping[str, TrainerConfig], task: Ta
 
 def _min_free_disk(cfg: Any) -> float:
     return config_value("min_free_disk_gb", cfg.get("min_free_disk_gb", 0.0), float, ge=0)
-
-
-def _ray(cfg: Any) -> tuple[str, int]:
-    """``ray.address`` (``auto`` or ``<host>:<port>``) and ``ray.max_retries`` (an int >= 0).
-    Checked whatever ``jobs`` is: a typo must not wait for the day ``jobs=ray`` is set."""
-    node = cfg.get("ray") or {}
-    unknown = sorted(set(node) - {"address", "max_retries"})
-    if unknown:
-        raise ConfigError(f"ray.{unknown[0]}: unknown key; allowed: ['address', 'max_retries']")
-    address = str(node.get("address", "auto")).strip()
-    host, sep, port = address.rpartition(":")
-    if address != "auto" and not (sep and host and port.isdigit() and 0 < int(port) < 65536):
-        raise ConfigError(
-            f"ray.address={address!r}: allowed 'auto' (the cluster `ray start --head` made on this "
-            "machine, or $RAY_ADDRESS) or <host>:<port> of a Ray head node, e.g. 10.0.0.5:6379"
-        )
-    retries = config_value("ray.max_retries", node.get("max_retries", 3), int, ge=0)
-    return address, retries
-
-
-def _tracking(cfg: Any) -> tuple[str, str]:
-    """The tracking store's URI, and where it came from (for messages): ``tracking.uri``, else
-    ``MLFLOW_TRACKING_URI``, else the default SQLite file. A ``postgresql://`` URI names the
-    driver installed here (:func:`~benchmarks.telemetry.store.database_uri`)."""
-    from benchmarks.telemetry.store import database_uri
-    from benchmarks.telemetry.tracking import default_tracking_uri
-
-    from_env = not cfg.tracking.uri and os.environ.get("MLFLOW_TRACKING_URI")
-    uri = database_uri(str(cfg.tracking.uri or default_tracking_uri()))
-    return uri, "MLFLOW_TRACKING_URI" if from_env else "tracking.uri"
 
 
 def model_spec(model_cfg: Mapping[str, Any]) -> ModelSpec:

@@ -28,8 +28,8 @@ def preflight(plan: SuitePlan) -> None:
     check_writable_dir("output_dir", str(plan.output_dir), plan.output_dir, min_free)
     if plan.cache_dir:
         check_writable_dir("cache_dir", plan.cache_dir, Path(plan.cache_dir), min_free)
-    check_tracking_uri(plan.tracking_uri, min_free, key=plan.tracking_key)
+    check_tracking_uri(plan.tracking.uri, min_free, key=plan.tracking.key)
     if is_ray(plan.jobs):
         from benchmarks.suite.cluster import check_ray_address
 
-        check_ray_address(plan.ray_address)
+        check_ray_address(plan.ray.address)

@@ -95,8 +95,8 @@ def run_suite(
         tokenizer = build_char_tokenizer(plan.task.alphabet)  # a CharTask (plan.validate)
         task = plan.task
 
-    uri = plan.tracking_uri
-    exp_name = plan.experiment
+    uri = plan.tracking.uri
+    exp_name = plan.tracking.experiment
     exp_id = prepare_store(uri, exp_name)
     client = MlflowClient(uri)
     out_dir = plan.output_dir.resolve()
@@ -304,13 +304,13 @@ def run_grid(
     if root.resume != "never":
         raise ConfigError("resume=auto: not supported with suite.grid yet; use resume=never")
     key = next(iter(root.resolved["suite"]["grid"]))
-    uri = root.tracking_uri
-    exp_id = prepare_store(uri, root.experiment)
+    uri = root.tracking.uri
+    exp_id = prepare_store(uri, root.tracking.experiment)
     client = MlflowClient(uri)
     resolved = root.resolved
     out_dir = root.output_dir.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
-    result = SuiteResult([], uri, root.experiment, None, out_dir, experiment_id=exp_id)
+    result = SuiteResult([], uri, root.tracking.experiment, None, out_dir, experiment_id=exp_id)
     with MlflowTracker.start(
         client,
         exp_id,

@@ -330,7 +330,7 @@ def run_on_ray(
     on_warm_start: Callable[[int, dict], None],
 ) -> dict[tuple[str, int], Any]:
     """Run ``work`` (per seed, the algorithms still to run) as tasks of the Ray cluster at
-    ``plan.ray_address``, each with ``plan.threads`` CPUs; the run summaries by (algorithm,
+    ``plan.ray.address``, each with ``plan.threads`` CPUs; the run summaries by (algorithm,
     seed). Each start seed's warm start is one task whose model the runs of that start receive
     through the object store."""
     import ray
@@ -338,7 +338,7 @@ def run_on_ray(
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     level = logging.getLogger().getEffectiveLevel()
-    cluster = RayCluster(plan.ray_address, num_cpus=plan.threads, max_retries=plan.ray_max_retries)
+    cluster = RayCluster(plan.ray.address, num_cpus=plan.threads, max_retries=plan.ray.max_retries)
     with cluster:
         # The queue's actor lives on this node: it fails with the driver, never before it.
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
@@ -348,7 +348,7 @@ def run_on_ray(
             "running %d seeds' runs as Ray tasks of %d CPU(s) each on %s",
             len(work),
             plan.threads,
-            plan.ray_address,
+            plan.ray.address,
         )
         hosts = {n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}
         if len(hosts) > 1 and str(shared["uri"]).startswith("sqlite:"):

@@ -128,10 +128,10 @@ def run_verl_suite(plan: SuitePlan) -> int:
     if plan.engine.get("dry_run"):
         return dry_run(plan)
     export_task(plan.task_node, _data_dir(plan))
-    uri = plan.tracking_uri
+    uri = plan.tracking.uri
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
         uri = f"sqlite:///{Path(uri[len('sqlite:///') :]).resolve()}"  # workers' cwd differs
-    exp_name = plan.experiment
+    exp_name = plan.tracking.experiment
     exp_id = prepare_store(uri, exp_name)
     client = MlflowClient(uri)
     resolved = plan.resolved

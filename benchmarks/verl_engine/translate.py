@@ -489,7 +489,7 @@ def translate(
         "trainer.val_before_train": any(float(f) == 0.0 for f in fractions),
         "trainer.test_freq": _test_freq(fractions, steps),
         "trainer.save_freq": -1,
-        "trainer.project_name": plan.experiment,
+        "trainer.project_name": plan.tracking.experiment,
         "trainer.experiment_name": run_name,
         "trainer.logger": ["console", "mlflow"] if tracking else ["console"],
         "trainer.default_local_dir": f"{output_dir}/checkpoints/{run_name}",

@@ -69,7 +69,7 @@ def test_ray_fields_are_validated():
     with pytest.raises(ConfigError, match=r"^ray\.max_retries=-1 must be >= 0"):
         validate(compose_config([*MICRO, "ray.max_retries=-1"]))
     plan = validate(compose_config([*MICRO, "jobs=ray", "ray.address=10.0.0.5:6379"]))
-    assert (plan.jobs, plan.ray_address, plan.ray_max_retries) == ("ray", "10.0.0.5:6379", 3)
+    assert (plan.jobs, plan.ray.address, plan.ray.max_retries) == ("ray", "10.0.0.5:6379", 3)
     with pytest.raises(ConfigError, match=r"jobs='rays'.*or 'ray'"):
         validate(compose_config([*MICRO, "jobs=rays"]))
 
