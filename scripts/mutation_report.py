@@ -22,7 +22,9 @@ The report reads mutmut's result files (``mutants/**/*.py.meta``) and the mutant
 docs/mutation_survivors.yaml (``equivalent`` and ``surviving``: name, scope, change, why). With
 ``--check`` it fails when a scope misses its target, when a survivor is neither listed as
 equivalent nor as a known survivor (a new one: kill it or justify it), or when a listed mutant
-was killed or no longer exists (mutant numbers shift when a function changes: relist them). A
+was killed or no longer exists (mutant numbers shift when a function changes: relist them), or
+when docs/mutation.md's score table does not add up or counts other mutants than the list
+(``check_page``). A
 malformed entry of the list (a field missing or unknown, a scope that is not one of SCOPE or not
 the name's, a name listed twice, a bold **reason** that ``reasons`` does not define) stops both
 ``report`` and ``report --check`` with one line naming the file and the entry.
@@ -50,6 +52,8 @@ REPO = Path(__file__).resolve().parents[1]
 MUTANTS = REPO / "mutants"
 #: The listed mutants: equivalent ones and known survivors, each with why (``load_listed``).
 LISTED = REPO / "docs" / "mutation_survivors.yaml"
+PAGE = REPO / "docs" / "mutation.md"
+PAGE_HEAD = "| scope | killed | total | equivalent | survived | score | target | run |"
 DATA_ENV = "SPPO_BENCH_DATA"  # benchmarks.tasks.datasets.DATA_DIR_ENV (not imported: no deps)
 
 TRAINER = "benchmarks.training.trainer"
@@ -515,6 +519,40 @@ def check(
     return problems
 
 
+_COUNT = re.compile(r"^(\d+)(?: \((\d+) listed\))?$")
+
+
+def check_page(listed: Listed, path: Path | None = None) -> list[str]:
+    """What ``report --check`` fails on in ``path``'s (PAGE's) score table, one line each: a
+    scope without its row, a row that does not add up, and an equivalent or survived count other
+    than ``listed``'s for the scope (a run that measured another writes ``measured (N listed)``)."""
+    path = PAGE if path is None else path
+    where, lines = _shown(path), path.read_text().splitlines()
+    if PAGE_HEAD not in lines:
+        return [f"{where}: no score table ({PAGE_HEAD})"]
+    table: dict[str, list[str]] = {}
+    for line in lines[lines.index(PAGE_HEAD) + 2 :]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        table[cells[0]] = cells
+    problems = [f"{where}: no score row for scope {s!r}" for s in SCOPE if s not in table]
+    for scope, cells in table.items():
+        counts = [_COUNT.match(c) for c in cells[1:5]]
+        if scope not in SCOPE or len(cells) != 8 or not all(counts):
+            problems.append(f"{where}: unreadable score row {' | '.join(cells)!r}")
+            continue
+        killed, total, eq, surv = (int(m[1]) for m in counts)
+        score = f"{Row(total, killed, 0, eq).score:.1%}"
+        if killed + eq + surv != total or cells[5] != score:
+            problems.append(f"{where}: {scope}: {killed} + {eq} + {surv} of {total}, {cells[5]}")
+        for m, column, names in zip(counts[2:], ("equivalent", "survived"), LISTS, strict=True):
+            n = sum(scope_of(key) == scope for key in getattr(listed, names))
+            if int(m[2] or m[1]) != n:
+                problems.append(f"{where}: {scope}: {column} {m[0]}, but {LISTED.name} lists {n}")
+    return problems
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     try:
         listed = load_listed()
@@ -523,7 +561,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     results = load_results()
     rows, out_of_scope = tally(results, set(listed.equivalent), _scopes(args))
     sys.stdout.write(markdown(rows, out_of_scope) + "\n")
-    problems = check(results, listed, rows, partial=bool(args.scope))
+    problems = check(results, listed, rows, partial=bool(args.scope)) + check_page(listed)
     if args.diffs:
         for modules in rows.values():
             for row in modules.values():

@@ -62,6 +62,41 @@ def test_the_repository_list_is_well_formed():
     assert all(mr.scope_of(name) is not None for name in listed.names)
 
 
+def test_the_repository_page_counts_the_listed_mutants():
+    # docs/mutation.md's table showed 58 equivalent algorithms and 46 tasks survivors as if all
+    # listed (57 and 44 are): a measured count the list does not hold reads "N (M listed)".
+    assert mr.check_page(mr.load_listed()) == []
+
+
+def _page(tmp_path, verl="| verl metrics | 20 | 22 | 1 | 1 | 95.2% | 90% | B |", drop=()):
+    """A docs/mutation.md whose score table has GOOD's counts: a row per scope, ``verl``'s."""
+    rows = [f"| {s} | 0 | 0 | 0 | 0 | 100.0% | 90% | A |" for s in mr.SCOPE if s not in drop]
+    rows = [verl if row.startswith("| verl metrics |") else row for row in rows]
+    path = tmp_path / "mutation.md"
+    path.write_text("\n".join(["## Scores", "", mr.PAGE_HEAD, "|---|", *rows, "", "- **A**"]))
+    return path
+
+
+def test_the_page_table_must_add_up_and_count_the_listed_mutants(tmp_path, monkeypatch):
+    monkeypatch.setattr(mr, "LISTED", _write(tmp_path, GOOD))
+    listed, where = mr.load_listed(), tmp_path / "mutation.md"
+    assert mr.check_page(listed, _page(tmp_path)) == []
+    ok = "| verl metrics | 20 | 23 | 2 (1 listed) | 1 | 95.2% | 90% | B |"
+    assert mr.check_page(listed, _page(tmp_path, ok)) == []
+    two = "| verl metrics | 20 | 23 | 2 | 1 | 95.2% | 90% | B |"
+    assert mr.check_page(listed, _page(tmp_path, two)) == [
+        f"{where}: verl metrics: equivalent 2, but survivors.yaml lists 1"
+    ]
+    sums = "| verl metrics | 20 | 23 | 1 | 1 (1 listed) | 95.2% | 90% | B |"
+    assert mr.check_page(listed, _page(tmp_path, sums)) == [
+        f"{where}: verl metrics: 20 + 1 + 1 of 23, 95.2%"
+    ]
+    assert mr.check_page(listed, _page(tmp_path, drop=("tasks",))) == [
+        f"{where}: no score row for scope 'tasks'"
+    ]
+    assert "unreadable score row" in mr.check_page(listed, _page(tmp_path, ok[:-4]))[0]
+
+
 def test_a_list_is_read_with_every_entry_and_its_reason(tmp_path):
     listed = mr.load_listed(_write(tmp_path, GOOD))
     assert listed.equivalent == {EQ: "**falsy**"}
@@ -127,6 +162,7 @@ def _report(tmp_path, monkeypatch, listed_text, results, *args):
     meta.write_text(json.dumps({"exit_code_by_key": results}))
     monkeypatch.setattr(mr, "MUTANTS", tmp_path / "mutants")
     monkeypatch.setattr(mr, "LISTED", _write(tmp_path, listed_text))
+    monkeypatch.setattr(mr, "PAGE", _page(tmp_path))
     return mr.main(["report", "--check", *args])
 
 
