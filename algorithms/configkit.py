@@ -2,9 +2,10 @@
 
 A config dataclass declares each field with :func:`config_field` (its default, a help string and
 numeric bounds); :func:`check_fields` then checks an instance's values against their annotations
-and bounds (``AlgorithmConfig`` and ``TrainerConfig`` call it from ``__post_init__``). A
-validator that reads a config node without a dataclass checks one value with
-:func:`config_value`, which takes the same annotation and bounds. Every failure raises
+and bounds (``AlgorithmConfig`` and ``TrainerConfig`` call it from ``__post_init__``), and
+:func:`config_from_node` builds such a dataclass from a config node, refusing a key it does not
+declare (:func:`check_keys`). A validator that reads a config node without a dataclass checks one
+value with :func:`config_value`, which takes the same annotation and bounds. Every failure raises
 :class:`ConfigError` naming the key, the value and what is allowed.
 
 It lives in ``algorithms``, the lowest layer, and imports nothing of the project, so that every
@@ -19,8 +20,8 @@ import math
 import operator
 import re
 import types
-from collections.abc import Callable, Mapping
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 __all__ = [
     "BOUNDS",
@@ -28,8 +29,10 @@ __all__ = [
     "allowed",
     "check_bounds",
     "check_fields",
+    "check_keys",
     "check_type",
     "config_field",
+    "config_from_node",
     "config_value",
     "field_types",
 ]
@@ -192,6 +195,28 @@ def check_fields(config: Any, prefix: str) -> None:
             given=given,
             note=f.metadata.get("help", ""),
         )
+
+
+def check_keys(prefix: str, node: Mapping[str, Any], allowed: Iterable[str]) -> None:
+    """Refuse a key of ``node`` that ``allowed`` does not name, before its value is read: a
+    misspelt setting would otherwise keep its default without a word."""
+    known = list(allowed)
+    unknown = sorted(set(node) - set(known))
+    if unknown:
+        raise ConfigError(f"{prefix}.{unknown[0]}: unknown key; allowed: {known}")
+
+
+_C = TypeVar("_C")
+
+
+def config_from_node(cls: type[_C], node: Mapping[str, Any], prefix: str) -> _C:
+    """The config dataclass ``cls`` from the node at ``prefix``: its keys checked against the
+    fields ``cls`` declares, then every value against its annotation and bounds; a field the node
+    leaves out keeps its default."""
+    check_keys(prefix, node, [f.name for f in dataclasses.fields(cls) if f.init])  # type: ignore[arg-type]
+    config = cls(**node)
+    check_fields(config, prefix)
+    return config
 
 
 _KIND = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}

@@ -93,10 +93,10 @@ def _cmd_run(overrides: list[str]) -> int:
         return 2
     try:
         cfg = compose_config(overrides)
+        if cfg.engine.get("dry_run") and cfg.engine.name != "verl":  # before the engine's keys
+            raise ConfigError(f"--dry-run: only engine=verl has one, not {cfg.engine.name}")
         grid = grid_configs(cfg, overrides)
         plans = [validate(point) for _, point in grid or [(None, cfg)]]
-        if cfg.engine.get("dry_run") and cfg.engine.name != "verl":
-            raise ConfigError(f"--dry-run: only engine=verl has one, not {cfg.engine.name}")
         if cfg.engine.name == "verl":
             if grid:
                 raise ConfigError("engine=verl: suite.grid is not supported; run one point each")

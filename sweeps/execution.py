@@ -98,10 +98,11 @@ def _run_trial(
 def _prewarm(cfg: Any) -> None:
     """Build the warm starts (one per start of a trial) once in the main process. Best effort:
     on failure the first trials build them themselves."""
-    if cfg.model.name_or_path is not None or not cfg.warmstart.enabled:
-        return  # a real checkpoint, or fresh models: no warm start to build
     try:
         plan = validate(cfg)  # builds the task once; the plan holds it
+        if plan.model.real or not plan.warmstart.enabled:
+            plan.task.close()
+            return  # a real checkpoint, or fresh models: no warm start to build
         try:
             build_starts(plan.start_recipe, plan.start_seeds, plan.task)
         finally:

@@ -10,7 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.engines.vllm_engine import VllmEngine, settings_from_config, vllm_available
+from benchmarks.engines.vllm_engine import (
+    VllmEngine,
+    VllmSettings,
+    settings_from_config,
+    vllm_available,
+)
 
 __all__ = ["ROLLOUTS", "check_rollout_config", "make_engine_factory"]
 
@@ -37,22 +42,27 @@ def check_rollout_config(engine_cfg: Any) -> None:
 
 
 def make_engine_factory(
-    engine_cfg: Any,
     tokenizer: Any,
     *,
+    rollout: str = "torch",
+    batch_size: int = 512,
+    vllm: VllmSettings | None = None,
     model_path: str | None = None,
     seed: int = 0,
     precision: str = "fp32",
 ) -> Any:
     """The trainer's ``engine_factory`` for ``engine.rollout``: ``policy -> RolloutEngine``;
-    the torch engine's matmuls run in the resolved ``precision`` (vLLM keeps its own dtype)."""
+    the torch engine decodes ``batch_size`` sequences together, its matmuls in the resolved
+    ``precision``; vLLM starts with ``vllm`` (its checked settings) and keeps its own dtype."""
     from benchmarks.engines.torch_engine import TorchEngine
 
-    check_rollout_config(engine_cfg)
-    batch_size = int(engine_cfg.get("rollout_batch_size", 512))
-    if str(engine_cfg.get("rollout", "torch")) == "torch":
+    if rollout == "torch":
         return lambda m: TorchEngine(m, tokenizer, batch_size=batch_size, precision=precision)
-    settings = settings_from_config(engine_cfg)
+    if rollout != "vllm" or vllm is None:
+        raise ValueError(
+            f"rollout={rollout!r} with vllm={vllm!r}: allowed torch, or vllm with settings"
+        )
+    settings = vllm
     return lambda m: VllmEngine(
         m, tokenizer, settings=settings, model_path=model_path, batch_size=batch_size, seed=seed
     )

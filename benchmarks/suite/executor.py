@@ -29,7 +29,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -57,8 +57,8 @@ class Task:
 @dataclass
 class _Pending:
     task: Task
-    handles: tuple[Any, ...]  # the last is waited on; the others are the task's other results
-    extra: tuple[Any, ...] = field(default=())
+    #: The task's other results: every handle ``submit`` returned but the last, which is waited on.
+    extra: tuple[Any, ...]
 
 
 # ----------------------------------------------------------------------------- process pool
@@ -255,7 +255,7 @@ def drive(
         while queue and (in_flight is None or len(pending) < in_flight):
             task = queue.pop(0)
             handles = executor.submit(task)
-            pending[handles[-1]] = _Pending(task, handles, handles[:-1])
+            pending[handles[-1]] = _Pending(task, tuple(handles[:-1]))
 
     try:
         fill()

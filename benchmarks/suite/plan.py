@@ -16,40 +16,30 @@ from typing import Any
 from algorithms import Algorithm, ConfigError, get_algorithm, list_algorithms
 from algorithms.configkit import config_value
 from analysis.claims.spec import Claim, parse_claims
-from benchmarks.engines.factory import check_rollout_config
-from benchmarks.suite.components import RayConfig, TrackingConfig
+from benchmarks.suite.components import (
+    EngineConfig,
+    ModelConfig,
+    RayConfig,
+    TaskConfig,
+    TrackingConfig,
+    WarmStartConfig,
+    engine_from_node,
+)
 from benchmarks.suite.jobs import is_ray, resolve_jobs
 from benchmarks.tasks.base import Task
 from benchmarks.tasks.build import build_task
 from benchmarks.telemetry.meter import Budget
 from benchmarks.training import checkpoint as ckpt
 from benchmarks.training.config import TrainerConfig
-from benchmarks.training.modeling import ModelSpec
 from benchmarks.training.precision import resolve_precision
 from benchmarks.training.start import StartRecipe
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ModelPlan", "SuitePlan", "as_dict", "model_spec", "validate"]
+__all__ = ["SuitePlan", "as_dict", "validate"]
 
 
 _TRAINER_KEYS = {f for f in TrainerConfig.__dataclass_fields__}
-
-
-@dataclass(frozen=True)
-class ModelPlan:
-    """The policy to start from: a real checkpoint (``name_or_path``) or the tiny Llama."""
-
-    name_or_path: str | None
-    dtype: str
-    #: The tiny model's shape (None for a real checkpoint, whose shape is its own).
-    spec: ModelSpec | None
-    #: The ``model`` node as given: part of the warm start's cache identity.
-    node: dict[str, Any]
-
-    @property
-    def real(self) -> bool:
-        return self.name_or_path is not None
 
 
 @dataclass
@@ -63,13 +53,13 @@ class SuitePlan:
     budget: Budget
     seeds: list[int]
     task: Task
-    model: ModelPlan
-    #: The ``task`` node (a real model's task is rebuilt with its tokenizer: chat templates).
-    task_node: dict[str, Any]
-    #: The ``warmstart`` node (its phases checked).
-    warmstart: dict[str, Any]
-    #: The ``engine`` node: ``name``, ``device``, ``rollout`` and the engine's own settings.
-    engine: dict[str, Any]
+    model: ModelConfig
+    #: ``task``: its name and response length, and the node its builder reads (a real model's
+    #: task is built again with its tokenizer: chat templates).
+    task_config: TaskConfig
+    warmstart: WarmStartConfig
+    #: ``engine``: the native trainer's (torch) or verl's settings.
+    engine: EngineConfig
     #: ``tracking``: the MLflow store, where its URI came from, and the experiment.
     tracking: TrackingConfig
     suite_name: str
@@ -96,12 +86,12 @@ class SuitePlan:
 
     @property
     def device(self) -> str:
-        return str(self.engine["device"])
+        return self.engine.device
 
     def start_seed(self, seed: int) -> int:
         """The seed whose warm start the runs of ``seed`` begin from: their own, or with
         ``warmstart.per_seed=false`` the first seed's, one start shared by every seed."""
-        return seed if self.warmstart.get("per_seed", True) else self.seeds[0]
+        return seed if self.warmstart.per_seed else self.seeds[0]
 
     @property
     def start_seeds(self) -> list[int]:
@@ -111,18 +101,18 @@ class SuitePlan:
     @property
     def start_recipe(self) -> StartRecipe:
         """What the runs' start models are built from (``benchmarks/training/start.py``)."""
-        trainer = self.resolved["trainer"]
+        trainer = next(iter(self.trainer.values()))  # sampling is no algorithm's own setting
         return StartRecipe(
             spec=self.model.spec,
-            warmstart=self.warmstart,
-            task_node=self.task_node,
+            warmstart=self.warmstart.node,
+            task_node=self.task_config.node,
             model_node=self.model.node,
             cache_dir=self.cache_dir,
             run_threads=self.threads,
             precision=self.precision,
             dtype=self.model.dtype,
-            temperature=float(trainer["temperature"]),
-            top_p=float(trainer["top_p"]),
+            temperature=trainer.temperature,
+            top_p=trainer.top_p,
         )
 
 
@@ -157,20 +147,20 @@ def validate(cfg: Any) -> SuitePlan:
 
     plugins = _import_plugins(cfg)
     resume = _check_resume(cfg)
-    _check_engine_name(cfg)  # before the algorithms, whose critic settings depend on the engine
+    engine = engine_from_node(as_dict(cfg.engine))  # the algorithms' critic settings read it
     algorithms, trainers = _algorithms_and_trainers(cfg)
     budget = _budget(cfg)
     threads, seeds = _counts(cfg)
     ray = RayConfig.from_node(as_dict(cfg.ray) if cfg.get("ray") else None)
     precision = _precision(cfg)
-    task = _task(cfg)
-    _check_warmstart(cfg)
+    task_config = TaskConfig.from_node(as_dict(cfg.task))
+    model = ModelConfig.from_node(as_dict(cfg.model))
+    task = _task(task_config, model)
+    warmstart = WarmStartConfig.from_node(as_dict(cfg.warmstart))
     claims = _claims(cfg, algorithms, task)
-    model = _model(cfg, task)
+    _check_model_fits(cfg, model, task, task_config)
     _check_critic_models(cfg, algorithms, trainers, task, model)
-    _check_prompt_pool(cfg, trainers, task)
-    if cfg.engine.name == "torch":  # verl's own `engine.rollout` names verl's backend
-        check_rollout_config(cfg.engine)
+    _check_prompt_pool(engine, trainers, task)
     min_free = _min_free_disk(cfg)
     tracking = TrackingConfig.from_node(as_dict(cfg.tracking))
     resolved = OmegaConf.to_container(cfg, resolve=True)
@@ -182,9 +172,9 @@ def validate(cfg: Any) -> SuitePlan:
         seeds=seeds,
         task=task,
         model=model,
-        task_node=as_dict(cfg.task),
-        warmstart=as_dict(cfg.warmstart),
-        engine=as_dict(cfg.engine),
+        task_config=task_config,
+        warmstart=warmstart,
+        engine=engine,
         tracking=tracking,
         suite_name=str(cfg.suite.name),
         report=config_value("suite.report", cfg.suite.get("report", True), bool),
@@ -336,11 +326,6 @@ def _budget(cfg: Any) -> Budget:
     return Budget(kind=b["kind"], limit=limit, eval_fractions=tuple(fractions))
 
 
-def _check_engine_name(cfg: Any) -> None:
-    if cfg.engine.name not in ("torch", "verl"):
-        raise ConfigError(f"engine.name={cfg.engine.name!r}: allowed ['torch', 'verl']")
-
-
 def _counts(cfg: Any) -> tuple[int, list[int]]:
     """``threads``, ``jobs``, ``seeds`` and ``seed``: the runs' threads and seeds."""
     threads = config_value("threads", cfg.threads, int, ge=1)
@@ -364,16 +349,16 @@ def _precision(cfg: Any) -> str:
         raise ConfigError(str(e)) from e
 
 
-def _task(cfg: Any) -> Task:
+def _task(config: TaskConfig, model: ModelConfig) -> Task:
     """``task``: one the model can learn (the tiny model speaks only character tasks), built
     now, so a missing data file fails here."""
-    if cfg.model.name_or_path is None and cfg.task.name not in CHAR_TASKS:
+    if not model.real and config.name not in CHAR_TASKS:
         raise ConfigError(
-            f"task={cfg.task.name}: the tiny character model only speaks {list(CHAR_TASKS)}; "
+            f"task={config.name}: the tiny character model only speaks {list(CHAR_TASKS)}; "
             "set model=hf model.name_or_path=<HF id or directory> for real datasets"
         )
     try:
-        return build_task(cfg.task)
+        return build_task(config.node)
     except TypeError as e:
         raise ConfigError(f"task: {e}") from e
     except ValueError as e:
@@ -407,64 +392,17 @@ def _claims(cfg: Any, algorithms: Mapping[str, Algorithm], task: Task) -> list[C
     return claims
 
 
-#: ``warmstart``'s plain settings: (annotation, bounds) each, checked with the config kit (the
-#: values reach the warm start as given; a wrong one would fail or mislead mid-build).
-_WARMSTART_SETTINGS: dict[str, tuple[Any, dict[str, float]]] = {
-    "enabled": (bool, {}),
-    "batch_size": (int, {"ge": 1}),
-    "facts_fraction": (float, {"ge": 0, "le": 1}),
-    "lr": (float, {"gt": 0}),
-    "stop_accuracy": (float | None, {"gt": 0, "le": 1}),
-    "eval_every": (int, {"ge": 1}),
-    "val_size": (int, {"ge": 1}),
-    "difficulty_prompts": (int | None, {"ge": 0}),
-    "difficulty_samples": (int | None, {"ge": 0}),
-}
-
-
-def _check_warmstart(cfg: Any) -> None:
-    """``warmstart``: its plain settings, its phases, its target, ``per_seed`` and ``threads``."""
-    from benchmarks.training.warmstart import parse_phases, parse_target
-
-    for key, (tp, bounds) in _WARMSTART_SETTINGS.items():
-        if key in cfg.warmstart:
-            config_value(f"warmstart.{key}", cfg.warmstart[key], tp, **bounds)
+def _check_model_fits(cfg: Any, model: ModelConfig, task: Task, task_config: TaskConfig) -> None:
+    """The tiny model's positions against the longest prompt and response (one token per
+    character): transformers' own error would come from a worker, mid-start."""
+    if model.spec is None:
+        return
+    longest = max(len(p.prompt) for p in task.eval_problems())
+    response = max(task_config.max_new_tokens, int(cfg.trainer.max_new_tokens))
     try:
-        parse_phases(as_dict(cfg.warmstart)["phases"])
-        parse_target(as_dict(cfg.warmstart))
+        model.spec.check(longest + response)
     except ValueError as e:
         raise ConfigError(str(e)) from e
-    per_seed = cfg.warmstart.get("per_seed", True)
-    if not isinstance(per_seed, bool):
-        raise ConfigError(
-            f"warmstart.per_seed={per_seed!r}: allowed values are true (a warm start per seed) "
-            "and false (the first seed's, shared by every seed)"
-        )
-    ws_threads = cfg.warmstart.get("threads")
-    if ws_threads is not None and (
-        isinstance(ws_threads, bool) or not isinstance(ws_threads, int) or ws_threads < 1
-    ):
-        raise ConfigError(
-            f"warmstart.threads={ws_threads!r}: allowed values are null (the runs' own `threads`) "
-            "and an integer >= 1"
-        )
-
-
-def _model(cfg: Any, task: Task) -> ModelPlan:
-    """``model``: a real checkpoint, or the tiny Llama's shape, checked against the longest
-    prompt and response here (transformers' own errors would come from a worker, mid-start)."""
-    node = as_dict(cfg.model)
-    if cfg.model.name_or_path is not None:
-        return ModelPlan(str(cfg.model.name_or_path), str(cfg.model.dtype), None, node)
-    spec = model_spec(node)
-    longest = max(len(p.prompt) for p in task.eval_problems())  # one token per character
-    task_tokens = config_value("task.max_new_tokens", cfg.task.max_new_tokens, int, ge=1)
-    response = max(task_tokens, int(cfg.trainer.max_new_tokens))
-    try:
-        spec.check(longest + response)
-    except ValueError as e:
-        raise ConfigError(str(e)) from e
-    return ModelPlan(None, str(cfg.model.dtype), spec, node)
 
 
 def _check_critic_models(
@@ -472,7 +410,7 @@ def _check_critic_models(
     algorithms: dict[str, Algorithm],
     trainers: dict[str, TrainerConfig],
     task: Task,
-    model: ModelPlan,
+    model: ModelConfig,
 ) -> None:
     """``trainer.critic_model`` as a smaller tiny critic: checked like ``model.*``."""
     from benchmarks.training.critic_model import critic_spec
@@ -487,15 +425,17 @@ def _check_critic_models(
             critic_spec(t.critic_model, model.spec, positions)
 
 
-def _check_prompt_pool(cfg: Any, trainers: Mapping[str, TrainerConfig], task: Task) -> None:
+def _check_prompt_pool(
+    engine: EngineConfig, trainers: Mapping[str, TrainerConfig], task: Task
+) -> None:
     """``trainer.prompt_pool``: no larger than the task's training set, and native only (verl
     reads its own parquet files of prompts)."""
     pools = {t.prompt_pool for t in trainers.values()} - {None}
     if not pools:
         return
-    if cfg.engine.name != "torch":
+    if engine.name != "torch":
         raise ConfigError(
-            f"trainer.prompt_pool={max(pools)}: engine={cfg.engine.name} draws prompts from its "
+            f"trainer.prompt_pool={max(pools)}: engine={engine.name} draws prompts from its "
             "own files; allowed there: null"
         )
     n = len(task.train_problems())
@@ -508,14 +448,3 @@ def _check_prompt_pool(cfg: Any, trainers: Mapping[str, TrainerConfig], task: Ta
 
 def _min_free_disk(cfg: Any) -> float:
     return config_value("min_free_disk_gb", cfg.get("min_free_disk_gb", 0.0), float, ge=0)
-
-
-def model_spec(model_cfg: Mapping[str, Any]) -> ModelSpec:
-    return ModelSpec(
-        hidden_size=model_cfg["hidden_size"],
-        num_layers=model_cfg["num_layers"],
-        num_heads=model_cfg["num_heads"],
-        intermediate_size=model_cfg["intermediate_size"],
-        max_position_embeddings=model_cfg["max_position_embeddings"],
-        num_key_value_heads=model_cfg.get("num_key_value_heads"),
-    )

@@ -82,15 +82,15 @@ def run_suite(
     plan = suite if isinstance(suite, SuitePlan) else _validated(suite)
     torch.set_num_threads(plan.threads)
     device = torch.device(plan.device)
-    if plan.engine["name"] != "torch":
+    if plan.engine.name != "torch":
         raise ConfigError(
-            f"engine.name={plan.engine['name']!r}: the native trainer supports ['torch']"
+            f"engine.name={plan.engine.name!r}: the native trainer supports ['torch']"
         )
 
     real_model = plan.model.real
     if real_model:
         base_model, tokenizer = load_hf(plan)
-        task = build_task(plan.task_node, tokenizer=tokenizer)  # chat templates need it
+        task = build_task(plan.task_config.node, tokenizer=tokenizer)  # chat templates need it
     else:
         tokenizer = build_char_tokenizer(plan.task.alphabet)  # a CharTask (plan.validate)
         task = plan.task
@@ -102,16 +102,16 @@ def run_suite(
     out_dir = plan.output_dir.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     resolved = plan.resolved
-    task_name = str(plan.task_node["name"])
+    task_name = plan.task_config.name
     tags = {
         M.TAG_TASK: task_name,
         M.TAG_MODEL: str(plan.model.name_or_path or "tiny-llama"),
-        M.TAG_ENGINE: str(plan.engine["name"]),
+        M.TAG_ENGINE: plan.engine.name,
         M.TAG_BUDGET_KIND: plan.budget.kind,
         M.TAG_BUDGET_LIMIT: str(plan.budget.limit),
         M.TAG_GIT_COMMIT: git_commit(),
         M.TAG_VERSION: package_version(),
-        **({"horizon": str(plan.task_node["horizon"])} if task_name == "arith" else {}),
+        **({"horizon": str(plan.task_config.horizon)} if task_name == "arith" else {}),
         **dict(extra_tags or {}),
     }
     result = SuiteResult([], uri, exp_name, parent_run_id, out_dir, experiment_id=exp_id)
@@ -317,7 +317,7 @@ def run_grid(
         run_name=f"suite-{root.suite_name}",
         tags={
             M.TAG_ROLE: "suite",
-            M.TAG_TASK: str(root.task_node["name"]),
+            M.TAG_TASK: root.task_config.name,
             M.TAG_GIT_COMMIT: git_commit(),
             **invocation_tags(),
         },

@@ -155,8 +155,10 @@ def run_one(
                 tokenizer=ctx.tokenizer,
                 task=ctx.task,
                 engine_factory=make_engine_factory(
-                    plan.engine,
                     ctx.tokenizer,
+                    rollout=plan.engine.rollout,
+                    batch_size=plan.engine.rollout_batch_size,
+                    vllm=plan.engine.vllm,
                     model_path=plan.model.name_or_path,
                     seed=seed,
                     precision=plan.precision,

@@ -206,9 +206,8 @@ def parallel_blocker(plan: SuitePlan, *, on_eval: bool) -> str | None:
         return "a real checkpoint is loaded once and shared"
     if plan.device != "cpu":
         return f"engine.device={plan.device} (one accelerator)"
-    rollout = str(plan.engine.get("rollout", "torch"))
-    if rollout != "torch":
-        return f"engine.rollout={rollout}"
+    if plan.engine.rollout != "torch":
+        return f"engine.rollout={plan.engine.rollout}"
     for name, alg in plan.algorithms.items():
         module = type(alg).__module__
         if module == "__main__":

@@ -27,7 +27,7 @@ from typing import TextIO
 
 from analysis import metrics as M
 from benchmarks.suite.plan import SuitePlan
-from benchmarks.verl_engine.translate import VerlPlan, translate
+from benchmarks.verl_engine.translate import VerlPlan, translate, verl_engine
 
 __all__ = ["planned_files", "plans", "run_verl_suite"]
 
@@ -35,17 +35,17 @@ log = logging.getLogger(__name__)
 
 
 def _data_dir(plan: SuitePlan) -> Path:
-    return Path(plan.engine.get("data_dir") or plan.output_dir / "verl_data").resolve()
+    return Path(verl_engine(plan).data_dir or plan.output_dir / "verl_data").resolve()
 
 
 def planned_files(plan: SuitePlan) -> tuple[str, list[str]]:
     """Where :func:`benchmarks.verl_engine.export.export_task` writes the task's files."""
     d = _data_dir(plan)
-    task = plan.task_node
-    if task["name"] == "arith":
+    name, task = plan.task_config.name, plan.task_config.node  # the task's own settings
+    if name == "arith":
         evals = [task.get("eval_name") or "arith"]
     else:
-        evals = list(task.get("eval_datasets") or [task.name])
+        evals = list(task.get("eval_datasets") or [name])
     return str(d / "train.parquet"), [str(d / f"{e}.parquet") for e in evals]
 
 
@@ -79,7 +79,7 @@ def plans(
 
 
 def _python(plan: SuitePlan) -> str:
-    return str(plan.engine.get("python") or sys.executable)
+    return str(verl_engine(plan).python or sys.executable)
 
 
 def dry_run(plan: SuitePlan, out: TextIO | None = None) -> int:
@@ -125,9 +125,9 @@ def run_verl_suite(plan: SuitePlan) -> int:
     from benchmarks.verl_engine.export import export_task
     from benchmarks.verl_engine.metrics import map_verl_run
 
-    if plan.engine.get("dry_run"):
+    if verl_engine(plan).dry_run:
         return dry_run(plan)
-    export_task(plan.task_node, _data_dir(plan))
+    export_task(plan.task_config.node, _data_dir(plan))
     uri = plan.tracking.uri
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
         uri = f"sqlite:///{Path(uri[len('sqlite:///') :]).resolve()}"  # workers' cwd differs
@@ -136,7 +136,7 @@ def run_verl_suite(plan: SuitePlan) -> int:
     client = MlflowClient(uri)
     resolved = plan.resolved
     tags = {
-        M.TAG_TASK: str(plan.task_node["name"]),
+        M.TAG_TASK: plan.task_config.name,
         M.TAG_MODEL: str(plan.model.name_or_path),
         M.TAG_ENGINE: "verl",
         M.TAG_BUDGET_KIND: str(resolved["budget"]["kind"]),

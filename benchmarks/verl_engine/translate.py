@@ -49,6 +49,7 @@ from typing import Any
 
 from algorithms import Algorithm, ConfigError
 from algorithms.base import Algorithm as _AlgorithmBase
+from benchmarks.suite.components import VerlEngineConfig
 from benchmarks.suite.plan import SuitePlan
 from benchmarks.training.config import TrainerConfig
 
@@ -64,6 +65,7 @@ __all__ = [
     "format_override",
     "has_own_policy_loss",
     "translate",
+    "verl_engine",
     "wrapper_name",
 ]
 
@@ -269,11 +271,18 @@ def _algorithm_values(name: str, alg: Algorithm) -> dict[str, Any]:
     return v
 
 
-def _critic_path(trainer: TrainerConfig, eng: Mapping[str, Any], model: str) -> str:
+def verl_engine(plan: SuitePlan) -> VerlEngineConfig:
+    """The plan's engine config, which must be verl's."""
+    if not isinstance(plan.engine, VerlEngineConfig):
+        raise ConfigError(f"engine.name={plan.engine.name!r}: verl's translation needs engine=verl")
+    return plan.engine
+
+
+def _critic_path(trainer: TrainerConfig, eng: VerlEngineConfig, model: str) -> str:
     """verl's ``critic.model.path``: ``trainer.critic_model`` (an HF id or directory), else
     ``engine.critic_model``, else the policy's checkpoint. Both set must agree; a tiny-Llama
     spec has no checkpoint for verl to load."""
-    own, engine = trainer.critic_model, eng.get("critic_model")
+    own, engine = trainer.critic_model, eng.critic_model
     if isinstance(own, Mapping):
         raise ConfigError(
             "trainer.critic_model: a tiny-Llama spec is the torch engine's; engine=verl needs an "
@@ -355,9 +364,9 @@ def _budget_steps(plan: SuitePlan, samples_per_step: int) -> int:
     generates (ReMax's greedy baseline included); DAPO's refills are not known beforehand and
     are charged afterwards (:mod:`benchmarks.verl_engine.metrics`).
     """
-    eng = plan.engine
-    if eng.get("total_training_steps") is not None:
-        return int(eng["total_training_steps"])
+    eng = verl_engine(plan)
+    if eng.total_training_steps is not None:
+        return int(eng.total_training_steps)
     if plan.budget.kind != "samples":
         raise ConfigError(
             f"budget.kind={plan.budget.kind}: verl stops on a step count; set "
@@ -409,11 +418,11 @@ def translate(
     """
     alg = plan.algorithms[name]
     trainer = plan.trainer[name]
-    eng = plan.engine
+    eng = verl_engine(plan)
     n = alg.samples_per_prompt
     samples_per_step = trainer.samples_per_step
-    if eng.get("train_batch_size") is not None:
-        prompts = int(eng["train_batch_size"])
+    if eng.train_batch_size is not None:
+        prompts = int(eng.train_batch_size)
     else:
         if samples_per_step % n:
             raise ConfigError(
@@ -421,7 +430,7 @@ def translate(
                 f"samples per prompt ({n}), or set engine.train_batch_size (prompts per step)"
             )
         prompts = samples_per_step // n
-    mini = eng.get("ppo_mini_batch_size")
+    mini = eng.ppo_mini_batch_size
     if mini is None:
         mini = prompts // trainer.mini_batches
     mini = int(mini)
@@ -438,8 +447,8 @@ def translate(
             "e.g. model=hf model.name_or_path=Qwen/Qwen2.5-0.5B-Instruct"
         )
     max_response = trainer.max_new_tokens
-    max_prompt = int(eng["max_prompt_length"])
-    max_tokens = eng.get("max_token_len_per_gpu") or 2 * (max_prompt + max_response)
+    max_prompt = int(eng.max_prompt_length)
+    max_tokens = eng.max_token_len_per_gpu or 2 * (max_prompt + max_response)
     fractions = list(plan.budget.eval_fractions)
     actor_lr = trainer.actor_lr
     critic_lr = trainer.critic_lr
@@ -456,34 +465,32 @@ def translate(
         "data.seed": seed,
         "data.dataloader_num_workers": 0,
         "actor_rollout_ref.model.path": str(model),
-        "actor_rollout_ref.model.enable_gradient_checkpointing": bool(
-            eng["gradient_checkpointing"]
-        ),
+        "actor_rollout_ref.model.enable_gradient_checkpointing": bool(eng.gradient_checkpointing),
         "actor_rollout_ref.model.use_remove_padding": True,
         f"{actor}.optim.weight_decay": float(trainer.weight_decay),
         f"{actor}.grad_clip": float(trainer.grad_clip),
         f"{actor}.ppo_mini_batch_size": mini,
-        f"{actor}.use_dynamic_bsz": bool(eng["use_dynamic_bsz"]),
+        f"{actor}.use_dynamic_bsz": bool(eng.use_dynamic_bsz),
         f"{actor}.ppo_max_token_len_per_gpu": int(max_tokens),
         f"{actor}.data_loader_seed": seed,
-        f"{actor}.fsdp_config.param_offload": bool(eng["param_offload"]),
-        f"{actor}.fsdp_config.optimizer_offload": bool(eng["optimizer_offload"]),
-        "actor_rollout_ref.ref.fsdp_config.param_offload": bool(eng["param_offload"]),
-        f"{rollout}.name": str(eng["rollout"]),
-        f"{rollout}.tensor_model_parallel_size": int(eng["tensor_parallel"]),
-        f"{rollout}.gpu_memory_utilization": float(eng["gpu_memory_utilization"]),
+        f"{actor}.fsdp_config.param_offload": bool(eng.param_offload),
+        f"{actor}.fsdp_config.optimizer_offload": bool(eng.optimizer_offload),
+        "actor_rollout_ref.ref.fsdp_config.param_offload": bool(eng.param_offload),
+        f"{rollout}.name": str(eng.rollout),
+        f"{rollout}.tensor_model_parallel_size": int(eng.tensor_parallel),
+        f"{rollout}.gpu_memory_utilization": float(eng.gpu_memory_utilization),
         f"{rollout}.temperature": float(trainer.temperature),
         f"{rollout}.top_p": float(trainer.top_p),
         f"{rollout}.seed": seed,
-        f"{rollout}.val_kwargs.n": int(eng["val_n"]),
-        f"{rollout}.val_kwargs.do_sample": int(eng["val_n"]) > 1,
-        f"{rollout}.val_kwargs.temperature": float(eng["val_temperature"])
-        if int(eng["val_n"]) > 1
+        f"{rollout}.val_kwargs.n": int(eng.val_n),
+        f"{rollout}.val_kwargs.do_sample": int(eng.val_n) > 1,
+        f"{rollout}.val_kwargs.temperature": float(eng.val_temperature)
+        if int(eng.val_n) > 1
         else 0.0,
         "reward.custom_reward_function.path": _REWARD_FN,
         "reward.custom_reward_function.name": "compute_score",
-        "trainer.n_gpus_per_node": int(eng["n_gpus_per_node"]),
-        "trainer.nnodes": int(eng["nnodes"]),
+        "trainer.n_gpus_per_node": int(eng.n_gpus_per_node),
+        "trainer.nnodes": int(eng.nnodes),
         "trainer.total_training_steps": steps,
         "trainer.total_epochs": 1_000_000,  # the step count stops the run
         "trainer.val_before_train": any(float(f) == 0.0 for f in fractions),
@@ -494,8 +501,8 @@ def translate(
         "trainer.logger": ["console", "mlflow"] if tracking else ["console"],
         "trainer.default_local_dir": f"{output_dir}/checkpoints/{run_name}",
     }
-    if not eng["use_dynamic_bsz"]:
-        mbs = int(eng["micro_batch_size_per_gpu"])
+    if not eng.use_dynamic_bsz:
+        mbs = int(eng.micro_batch_size_per_gpu)
         v[f"{actor}.ppo_micro_batch_size_per_gpu"] = mbs
         v[f"{rollout}.log_prob_micro_batch_size_per_gpu"] = mbs
         v["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"] = mbs
@@ -510,14 +517,14 @@ def translate(
                 "critic.optim.weight_decay": float(trainer.weight_decay),
                 "critic.grad_clip": float(trainer.grad_clip),
                 "critic.model.path": str(_critic_path(trainer, eng, model)),
-                "critic.model.enable_gradient_checkpointing": bool(eng["gradient_checkpointing"]),
+                "critic.model.enable_gradient_checkpointing": bool(eng.gradient_checkpointing),
                 "critic.ppo_max_token_len_per_gpu": int(max_tokens),
-                "critic.fsdp.param_offload": bool(eng["param_offload"]),
-                "critic.fsdp.optimizer_offload": bool(eng["optimizer_offload"]),
+                "critic.fsdp.param_offload": bool(eng.param_offload),
+                "critic.fsdp.optimizer_offload": bool(eng.optimizer_offload),
             }
         )
-        if not eng["use_dynamic_bsz"]:
-            v["critic.ppo_micro_batch_size_per_gpu"] = int(eng["micro_batch_size_per_gpu"])
+        if not eng.use_dynamic_bsz:
+            v["critic.ppo_micro_batch_size_per_gpu"] = int(eng.micro_batch_size_per_gpu)
         v.update(_critic_schedule(trainer, prompts))
     params = {
         f: getattr(alg.config, f) for f in alg.config.__dataclass_fields__
@@ -531,5 +538,5 @@ def translate(
     for key, value in env.items():
         v[f"+ray_kwargs.ray_init.runtime_env.env_vars.{key}"] = value
     overrides = [format_override(k, val) for k, val in v.items()]
-    overrides += [str(o) for o in (eng.get("extra_overrides") or [])]
+    overrides += [str(o) for o in (eng.extra_overrides or [])]
     return VerlPlan(name, seed, run_name, overrides, env, v)

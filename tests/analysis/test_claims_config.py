@@ -54,7 +54,7 @@ def test_shipped_suites_declare_the_two_headline_claims_in_a_family_of_four(suit
         "sppo": {"critic/calibration_pearson": 0.3},
     }
     if suite != "default":  # a verdict replicates over starts: one per seed
-        assert plan.warmstart["per_seed"] is True
+        assert plan.warmstart.per_seed is True
 
 
 def _with(path: str, value) -> list[dict]:

@@ -12,14 +12,18 @@ from benchmarks.config import compose_config
 from benchmarks.engines.factory import check_rollout_config, make_engine_factory
 from benchmarks.engines.torch_engine import TorchEngine
 from benchmarks.engines.vllm_engine import VllmSettings, request_seeds, vllm_available
-from benchmarks.suite.plan import validate
+from benchmarks.suite.components import TorchEngineConfig
+from benchmarks.suite.plan import as_dict, validate
 
 
 def test_default_config_uses_the_torch_engine(tok):
     cfg = compose_config([])
     assert cfg.engine.rollout == "torch"
-    factory = make_engine_factory(cfg.engine, tok)
-    assert isinstance(factory(object()), TorchEngine)
+    engine = TorchEngineConfig.from_node(as_dict(cfg.engine))
+    assert (engine.rollout, engine.vllm) == ("torch", None)
+    factory = make_engine_factory(tok, rollout=engine.rollout, batch_size=engine.rollout_batch_size)
+    made = factory(object())
+    assert isinstance(made, TorchEngine) and made.batch_size == cfg.engine.rollout_batch_size
 
 
 @pytest.mark.parametrize(

@@ -67,8 +67,8 @@ def test_the_start_recipe_carries_the_plan_s_settings(tmp_path):
     recipe = plan.start_recipe
     assert recipe.spec == plan.model.spec and recipe.model_node == plan.model.node
     assert (recipe.cache_dir, recipe.run_threads, recipe.threads) == (str(tmp_path), 2, 2)
-    assert recipe.task_node == plan.task_node and recipe.warmstart == plan.warmstart
-    assert (recipe.temperature, recipe.max_new_tokens) == (0.7, plan.task_node["max_new_tokens"])
+    assert recipe.task_node == plan.task_config.node and recipe.warmstart == plan.warmstart.node
+    assert (recipe.temperature, recipe.max_new_tokens) == (0.7, plan.task_config.max_new_tokens)
     assert recipe.warm_starts(plan.task)
     off = validate(compose_config([*MICRO, "warmstart.enabled=false"])).start_recipe
     assert not off.warm_starts(plan.task)

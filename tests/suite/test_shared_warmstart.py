@@ -68,9 +68,9 @@ def test_a_shared_warm_start_is_built_once_and_every_seed_starts_from_it(tmp_pat
 def test_which_suites_share_their_warm_start():
     """The default suite fits its time budget with one warm start; the claims suites (a verdict
     replicates over starts) and the horizon suite pair their runs by seed over a start each."""
-    assert validate(compose_config([])).warmstart["per_seed"] is False  # the default suite
+    assert validate(compose_config([])).warmstart.per_seed is False  # the default suite
     chain_sum = validate(compose_config(["suite=claims_chain_sum"]))
-    assert chain_sum.warmstart["per_seed"] is True
+    assert chain_sum.warmstart.per_seed is True
     for suite in ("claims", "horizon"):
         plan = validate(compose_config([f"suite={suite}"]))
         assert (plan.warmstart["per_seed"], plan.start_recipe.threads) == (True, 1), suite

@@ -185,7 +185,7 @@ def test_logged_accuracies_are_the_greedy_accuracies_of_the_start(
     plan, start, tok = _start_model(cfg)
     probs = list(plan.task.eval_problems())
     assert len(probs) == cfg.task.eval_size
-    max_new = int(plan.task_node["max_new_tokens"])
+    max_new = plan.task_config.max_new_tokens
     acc = M.eval_metric("arith", "accuracy")
     first = {r.data.tags[M.TAG_ALGORITHM]: _history(client, r.info.run_id, acc)[0] for r in runs}
     step, logged = first["sppo"]
@@ -231,7 +231,7 @@ def test_final_accuracy_is_the_trained_policys_greedy_accuracy(micro_suite, one_
         policy=copy.deepcopy(start),
         tokenizer=tok,
         task=plan.task,
-        engine_factory=make_engine_factory(plan.engine, tok, seed=seed),
+        engine_factory=make_engine_factory(tok, seed=seed),
         budget=plan.budget,
         config=plan.trainer[name],
         seed=seed,

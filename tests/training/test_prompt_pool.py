@@ -64,4 +64,4 @@ def test_claims_spo_reuses_the_claims_starts_and_pools_512_prompts():
     assert {t.prompt_pool for t in spo.trainer.values()} == {512}
     # the warm start's cache key (task, model, warm-start settings) is suite=claims'
     assert spo.start_recipe.identity() == claims.start_recipe.identity()
-    assert spo.task_node == claims.task_node and spo.budget == claims.budget
+    assert spo.task_config == claims.task_config and spo.budget == claims.budget

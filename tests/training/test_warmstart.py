@@ -144,9 +144,9 @@ def test_the_claims_suites_end_their_chain_phase_on_a_target_and_the_default_doe
     from benchmarks.config import compose_config
     from benchmarks.suite.plan import validate
 
-    assert parse_target(validate(compose_config([])).warmstart) is None
+    assert parse_target(validate(compose_config([])).warmstart.node) is None
     for suite in ("claims", "claims_chain_sum"):
-        ws = validate(compose_config([f"suite={suite}"])).warmstart
+        ws = validate(compose_config([f"suite={suite}"])).warmstart.node
         target = parse_target(ws)
         assert target is not None and target["max_steps"] >= 1000, suite
         assert ws["curriculum_steps"] > 0 and ws["warmup_steps"] > 0, suite

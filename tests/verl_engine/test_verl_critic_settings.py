@@ -45,16 +45,17 @@ def test_verls_critic_head_is_hfs_normal_one_and_a_zero_head_is_said_not_to_reac
 
 
 def test_critic_model_maps_onto_critic_model_path():
+    from benchmarks.suite.components import VerlEngineConfig
     from benchmarks.verl_engine.translate import _critic_path
 
     t = TrainerConfig(samples_per_step=64)
-    assert _critic_path(t, {"critic_model": None}, "policy") == "policy"
-    assert _critic_path(t, {"critic_model": "eng"}, "policy") == "eng"
+    assert _critic_path(t, VerlEngineConfig(), "policy") == "policy"
+    assert _critic_path(t, VerlEngineConfig(critic_model="eng"), "policy") == "eng"
     own = TrainerConfig(samples_per_step=64, critic_model="org/small")
-    assert _critic_path(own, {"critic_model": None}, "policy") == "org/small"
-    assert _critic_path(own, {"critic_model": "org/small"}, "policy") == "org/small"
+    assert _critic_path(own, VerlEngineConfig(), "policy") == "org/small"
+    assert _critic_path(own, VerlEngineConfig(critic_model="org/small"), "policy") == "org/small"
     with pytest.raises(ConfigError, match="disagree"):
-        _critic_path(own, {"critic_model": "org/other"}, "policy")
+        _critic_path(own, VerlEngineConfig(critic_model="org/other"), "policy")
     tiny = TrainerConfig(samples_per_step=64, critic_model={"hidden_size": 64})
     with pytest.raises(ConfigError, match="needs an HF id or directory"):
-        _critic_path(tiny, {}, "policy")
+        _critic_path(tiny, VerlEngineConfig(), "policy")
