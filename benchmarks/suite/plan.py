@@ -121,7 +121,8 @@ def as_dict(node: Any) -> dict[str, Any]:
 
     if isinstance(node, Mapping) and not hasattr(node, "_get_node"):
         return dict(node)
-    return OmegaConf.to_container(node, resolve=True)  # type: ignore[return-value]
+    # A mandatory value left unset (``???``) fails here, naming its key, not as the text "???".
+    return OmegaConf.to_container(node, resolve=True, throw_on_missing=True)  # type: ignore[return-value]
 
 
 def _plain(node: Any) -> Any:

@@ -73,7 +73,7 @@ def test_which_suites_share_their_warm_start():
     assert chain_sum.warmstart.per_seed is True
     for suite in ("claims", "horizon"):
         plan = validate(compose_config([f"suite={suite}"]))
-        assert (plan.warmstart["per_seed"], plan.start_recipe.threads) == (True, 1), suite
+        assert (plan.warmstart.per_seed, plan.start_recipe.threads) == (True, 1), suite
 
 
 def test_per_seed_must_be_a_boolean():
