@@ -87,7 +87,11 @@ def _short_name(name: str, algorithm: str) -> str:
 
 def best_trials(spec: SweepSpec, studies: Mapping[str, tuple[Any, str | None]]) -> list[BestTrial]:
     """Per algorithm, the trial the sweep ships: the best complete admissible one (None when it
-    has none yet), with its trial counts. The summary and the tuning export both read this."""
+    has none yet), with its trial counts. The summary and the tuning export both read this.
+
+    An exact tie (an accuracy over a finite eval set ties) goes to the point tried first: the
+    spec's enqueue order, then the sampler's. The first attempt counts, failed or not, so the
+    order in which interruptions let trials complete cannot decide it."""
     sign = 1.0 if spec.objective.direction == "maximize" else -1.0
     best: list[BestTrial] = []
     for name, (study, fixed_alg) in studies.items():
@@ -96,7 +100,10 @@ def best_trials(spec: SweepSpec, studies: Mapping[str, tuple[Any, str | None]]) 
             mine = trials if fixed_alg else [t for t in trials if t.params.get("algorithm") == alg]
             done = [t for t in mine if t.state == TrialState.COMPLETE and t.value is not None]
             counted = [t for t in done if t.user_attrs.get(ATTR_ADMISSIBLE, True)]
-            top = max(counted, key=lambda t: sign * t.value, default=None)
+            first: dict[tuple[Any, ...], int] = {}
+            for t in sorted(mine, key=lambda t: t.number):
+                first.setdefault(_point(t), t.number)
+            top = max(counted, key=lambda t: (sign * t.value, -first[_point(t)]), default=None)
             best.append(
                 BestTrial(
                     algorithm=alg,
@@ -116,6 +123,11 @@ def best_trials(spec: SweepSpec, studies: Mapping[str, tuple[Any, str | None]]) 
                 )
             )
     return best
+
+
+def _point(trial: Any) -> tuple[Any, ...]:
+    """A trial's point in the search space, as a key."""
+    return tuple(sorted(trial.params.items()))
 
 
 def _summarize(

@@ -575,6 +575,45 @@ def test_a_trial_over_two_starts_scores_their_mean_and_only_admissible_trials_ar
     assert all(r["finals"][M.COMPUTE_ROLLOUT_SAMPLES] == 64 for r in rows)
 
 
+def test_an_exact_tie_goes_to_the_point_tried_first_whatever_completed_first(tmp_path, base):
+    """Two points tie exactly. The first attempt at the spec's first point failed (a session
+    ended) and ran again after the second point completed: the first point still ships, as it
+    does when nothing failed."""
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import TrialState, create_trial
+
+    from sweeps.summary import best_trials
+
+    spec = parse_spec(_spec(base))
+    lr = "algorithm.sppo.actor_lr"
+    dist = {lr: FloatDistribution(1e-6, 1e-3, log=True)}
+
+    def study(name: str, trials: list[tuple[float, TrialState, float | None]]):
+        s = optuna.create_study(storage=_stores(tmp_path)["storage"], study_name=name)
+        for rate, state, value in trials:
+            s.add_trial(
+                create_trial(params={lr: rate}, distributions=dist, state=state, value=value)
+            )
+        return s
+
+    done, fail = TrialState.COMPLETE, TrialState.FAIL
+    cut = study(
+        "cut", [(4e-5, fail, None), (8e-5, done, 0.6), (4e-5, done, 0.6), (2e-5, done, 0.5)]
+    )
+    whole = study("whole", [(4e-5, done, 0.6), (8e-5, done, 0.6)])
+    ahead = study("ahead", [(4e-5, fail, None), (8e-5, done, 0.6), (4e-5, done, 0.7)])
+    best = {
+        b.study: b
+        for b in best_trials(
+            spec, {n: (s, "sppo") for n, s in [("cut", cut), ("whole", whole), ("ahead", ahead)]}
+        )
+    }
+    assert (best["cut"].number, best["cut"].params) == (2, {"actor_lr": 4e-5})
+    assert (best["whole"].number, best["whole"].params) == (0, {"actor_lr": 4e-5})
+    assert (best["ahead"].number, best["ahead"].value) == (2, 0.7)  # no tie: the better one
+    assert (best["cut"].complete, best["cut"].failed) == (3, 1)
+
+
 def _screen(tmp_path, base, rule: dict, runs: list) -> optuna.trial.FrozenTrial:
     """The trial ``_check_admissible`` records for ``runs`` ((start, {step: value} or None: the
     metric never logged), one per run) under the ``admissible`` rule ``{"sppo": rule}``: real
