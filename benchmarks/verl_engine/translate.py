@@ -366,7 +366,7 @@ def _budget_steps(plan: SuitePlan, samples_per_step: int) -> int:
     """
     eng = verl_engine(plan)
     if eng.total_training_steps is not None:
-        return int(eng.total_training_steps)
+        return eng.total_training_steps
     if plan.budget.kind != "samples":
         raise ConfigError(
             f"budget.kind={plan.budget.kind}: verl stops on a step count; set "
@@ -422,7 +422,7 @@ def translate(
     n = alg.samples_per_prompt
     samples_per_step = trainer.samples_per_step
     if eng.train_batch_size is not None:
-        prompts = int(eng.train_batch_size)
+        prompts = eng.train_batch_size
     else:
         if samples_per_step % n:
             raise ConfigError(
@@ -447,7 +447,7 @@ def translate(
             "e.g. model=hf model.name_or_path=Qwen/Qwen2.5-0.5B-Instruct"
         )
     max_response = trainer.max_new_tokens
-    max_prompt = int(eng.max_prompt_length)
+    max_prompt = eng.max_prompt_length
     max_tokens = eng.max_token_len_per_gpu or 2 * (max_prompt + max_response)
     fractions = list(plan.budget.eval_fractions)
     actor_lr = trainer.actor_lr
@@ -465,32 +465,30 @@ def translate(
         "data.seed": seed,
         "data.dataloader_num_workers": 0,
         "actor_rollout_ref.model.path": str(model),
-        "actor_rollout_ref.model.enable_gradient_checkpointing": bool(eng.gradient_checkpointing),
+        "actor_rollout_ref.model.enable_gradient_checkpointing": eng.gradient_checkpointing,
         "actor_rollout_ref.model.use_remove_padding": True,
         f"{actor}.optim.weight_decay": float(trainer.weight_decay),
         f"{actor}.grad_clip": float(trainer.grad_clip),
         f"{actor}.ppo_mini_batch_size": mini,
-        f"{actor}.use_dynamic_bsz": bool(eng.use_dynamic_bsz),
+        f"{actor}.use_dynamic_bsz": eng.use_dynamic_bsz,
         f"{actor}.ppo_max_token_len_per_gpu": int(max_tokens),
         f"{actor}.data_loader_seed": seed,
-        f"{actor}.fsdp_config.param_offload": bool(eng.param_offload),
-        f"{actor}.fsdp_config.optimizer_offload": bool(eng.optimizer_offload),
-        "actor_rollout_ref.ref.fsdp_config.param_offload": bool(eng.param_offload),
-        f"{rollout}.name": str(eng.rollout),
-        f"{rollout}.tensor_model_parallel_size": int(eng.tensor_parallel),
-        f"{rollout}.gpu_memory_utilization": float(eng.gpu_memory_utilization),
+        f"{actor}.fsdp_config.param_offload": eng.param_offload,
+        f"{actor}.fsdp_config.optimizer_offload": eng.optimizer_offload,
+        "actor_rollout_ref.ref.fsdp_config.param_offload": eng.param_offload,
+        f"{rollout}.name": eng.rollout,
+        f"{rollout}.tensor_model_parallel_size": eng.tensor_parallel,
+        f"{rollout}.gpu_memory_utilization": eng.gpu_memory_utilization,
         f"{rollout}.temperature": float(trainer.temperature),
         f"{rollout}.top_p": float(trainer.top_p),
         f"{rollout}.seed": seed,
-        f"{rollout}.val_kwargs.n": int(eng.val_n),
-        f"{rollout}.val_kwargs.do_sample": int(eng.val_n) > 1,
-        f"{rollout}.val_kwargs.temperature": float(eng.val_temperature)
-        if int(eng.val_n) > 1
-        else 0.0,
+        f"{rollout}.val_kwargs.n": eng.val_n,
+        f"{rollout}.val_kwargs.do_sample": eng.val_n > 1,
+        f"{rollout}.val_kwargs.temperature": eng.val_temperature if eng.val_n > 1 else 0.0,
         "reward.custom_reward_function.path": _REWARD_FN,
         "reward.custom_reward_function.name": "compute_score",
-        "trainer.n_gpus_per_node": int(eng.n_gpus_per_node),
-        "trainer.nnodes": int(eng.nnodes),
+        "trainer.n_gpus_per_node": eng.n_gpus_per_node,
+        "trainer.nnodes": eng.nnodes,
         "trainer.total_training_steps": steps,
         "trainer.total_epochs": 1_000_000,  # the step count stops the run
         "trainer.val_before_train": any(float(f) == 0.0 for f in fractions),
@@ -502,7 +500,7 @@ def translate(
         "trainer.default_local_dir": f"{output_dir}/checkpoints/{run_name}",
     }
     if not eng.use_dynamic_bsz:
-        mbs = int(eng.micro_batch_size_per_gpu)
+        mbs = eng.micro_batch_size_per_gpu
         v[f"{actor}.ppo_micro_batch_size_per_gpu"] = mbs
         v[f"{rollout}.log_prob_micro_batch_size_per_gpu"] = mbs
         v["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"] = mbs
@@ -517,14 +515,14 @@ def translate(
                 "critic.optim.weight_decay": float(trainer.weight_decay),
                 "critic.grad_clip": float(trainer.grad_clip),
                 "critic.model.path": str(_critic_path(trainer, eng, model)),
-                "critic.model.enable_gradient_checkpointing": bool(eng.gradient_checkpointing),
+                "critic.model.enable_gradient_checkpointing": eng.gradient_checkpointing,
                 "critic.ppo_max_token_len_per_gpu": int(max_tokens),
-                "critic.fsdp.param_offload": bool(eng.param_offload),
-                "critic.fsdp.optimizer_offload": bool(eng.optimizer_offload),
+                "critic.fsdp.param_offload": eng.param_offload,
+                "critic.fsdp.optimizer_offload": eng.optimizer_offload,
             }
         )
         if not eng.use_dynamic_bsz:
-            v["critic.ppo_micro_batch_size_per_gpu"] = int(eng.micro_batch_size_per_gpu)
+            v["critic.ppo_micro_batch_size_per_gpu"] = eng.micro_batch_size_per_gpu
         v.update(_critic_schedule(trainer, prompts))
     params = {
         f: getattr(alg.config, f) for f in alg.config.__dataclass_fields__
@@ -538,5 +536,5 @@ def translate(
     for key, value in env.items():
         v[f"+ray_kwargs.ray_init.runtime_env.env_vars.{key}"] = value
     overrides = [format_override(k, val) for k, val in v.items()]
-    overrides += [str(o) for o in (eng.extra_overrides or [])]
+    overrides += list(eng.extra_overrides)
     return VerlPlan(name, seed, run_name, overrides, env, v)
