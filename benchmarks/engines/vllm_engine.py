@@ -413,15 +413,10 @@ class VllmEngine:
 def settings_from_config(engine_cfg: Any) -> VllmSettings:
     """:class:`VllmSettings` from the ``engine`` node (``engine.device`` and ``engine.vllm.*``);
     a ConfigError names a bad field."""
-    from algorithms import ConfigError
+    from algorithms.configkit import check_keys
 
     node = dict(engine_cfg.get("vllm") or {})
-    allowed = {f for f in VllmSettings.__dataclass_fields__} - {"device"}
-    unknown = set(node) - allowed
-    if unknown:
-        raise ConfigError(
-            f"engine.vllm.{sorted(unknown)[0]}: unknown key; allowed: {sorted(allowed)}"
-        )
+    check_keys("engine.vllm", node, sorted(set(VllmSettings.__dataclass_fields__) - {"device"}))
     return VllmSettings(device=str(engine_cfg.get("device", "cpu")), **node)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from algorithms import Algorithm, ConfigError, get_algorithm, list_algorithms
-from algorithms.configkit import config_value
+from algorithms.configkit import check_keys, config_value
 from analysis.claims.spec import Claim, parse_claims
 from benchmarks.suite.components import (
     EngineConfig,
@@ -226,11 +226,7 @@ def _algorithms_and_trainers(cfg: Any) -> tuple[dict[str, Algorithm], dict[str, 
             f"registered: {list_algorithms()}"
         )
     trainer_base = dict(as_dict(cfg.trainer))
-    unknown = set(trainer_base) - _TRAINER_KEYS
-    if unknown:
-        raise ConfigError(
-            f"trainer.{sorted(unknown)[0]}: unknown key; allowed: {sorted(_TRAINER_KEYS)}"
-        )
+    check_keys("trainer", trainer_base, sorted(_TRAINER_KEYS))
     built: dict[str, Algorithm] = {}
     trainers: dict[str, TrainerConfig] = {}
     for name, node in algos.items():
@@ -252,11 +248,7 @@ def _algorithm(
             f"algorithm.{name}.{sorted(node)[0]}: unknown key; "
             "allowed: actor_lr, critic_lr, critic, params"
         )
-    bad = set(critic) - set(CRITIC_KEYS)
-    if bad:
-        raise ConfigError(
-            f"algorithm.{name}.critic.{sorted(bad)[0]}: unknown key; allowed: {list(CRITIC_KEYS)}"
-        )
+    check_keys(f"algorithm.{name}.critic", critic, CRITIC_KEYS)
     try:
         alg = get_algorithm(name, **params)
     except ConfigError as e:
