@@ -64,6 +64,7 @@ __all__ = [
     "per_start_scores",
     "plot_performance_profile",
     "run_scores",
+    "same_scores",
 ]
 
 #: What the control algorithms are, printed beside their rows.
@@ -339,7 +340,8 @@ def leaderboard_table(
         One row per algorithm: starts, runs, final / iqm / area with ``_lo`` and ``_hi``, rank with
         its interval, ``p_improve`` (P(algorithm > reference) at a start: paired by start, ties
         counted half) with its interval, the mean cost per run (FLOPs, critic FLOPs, wall
-        seconds, peak MiB) and a note for the controls.
+        seconds, peak MiB) and a note for the controls and for a row that repeats another's
+        scores at every start (:func:`same_scores`).
     """
     runs = run_scores(points, dataset, metric)
     per = per_start_scores(runs, starts)
@@ -371,10 +373,39 @@ def leaderboard_table(
     cost = runs.groupby("algorithm")[list(_COST)].mean()
     for name in _COST:
         table[name] = table["algorithm"].map(cost[name])
-    table["note"] = table["algorithm"].map(CONTROLS).fillna("")
+    twins = same_scores(grid["final"], grid["area"])
+    table["note"] = [
+        "; ".join(n for n in (CONTROLS.get(a, ""), twins.get(a, "")) if n) for a in algos
+    ]
     return table.sort_values(
         ["final", "algorithm"], ascending=[False, True], kind="stable"
     ).reset_index(drop=True)
+
+
+def same_scores(final: pd.DataFrame, area: pd.DataFrame) -> dict[str, str]:
+    """A note for each algorithm whose final and area equal another's exactly at every start
+    (algorithms x starts, NaN where a start lacks one), naming the other.
+
+    Two rows that agree to the last bit at every start are one measurement printed twice: a
+    reader should see it on the row rather than take it for two independent results. It happens
+    where two objectives are the same update on the testbed (gspo and gmpo while no clip binds).
+    """
+    notes: dict[str, list[str]] = {}
+    names = list(final.index)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            rows = [g.loc[[a, b]].to_numpy(float) for g in (final, area)]
+            present = ~np.isnan(rows[0][0])
+            if not present.any() or not all(
+                np.array_equal(r[0], r[1], equal_nan=True) for r in rows
+            ):
+                continue
+            notes.setdefault(a, []).append(b)
+            notes.setdefault(b, []).append(a)
+    return {
+        a: f"same final and area as {', '.join(others)} at every start"
+        for a, others in notes.items()
+    }
 
 
 def plot_performance_profile(

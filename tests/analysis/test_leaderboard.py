@@ -103,6 +103,17 @@ def test_controls_are_labelled_and_formatted() -> None:
     assert text.loc["grpo", "P(> ref)"] == "–"
 
 
+def test_rows_that_repeat_another_at_every_start_say_so() -> None:
+    # gmpo equals gspo at both starts; rloo equals gspo at one start only, so it is not a repeat.
+    finals = {"gspo": [0.3, 0.5], "gmpo": [0.3, 0.5], "rloo": [0.3, 0.6], "spo": [0.2, 0.4]}
+    points, starts = _points(finals)
+    table = leaderboard_table(points, starts, "arith", reps=50).set_index("algorithm")
+    assert table.loc["gmpo", "note"] == "same final and area as gspo at every start"
+    assert table.loc["gspo", "note"] == "same final and area as gmpo at every start"
+    assert table.loc["rloo", "note"] == ""
+    assert table.loc["spo", "note"] == CONTROLS["spo"]
+
+
 def test_a_run_without_a_start_is_refused() -> None:
     points, starts = _points({"grpo": [0.5, 0.6]})
     starts.pop(next(iter(starts)))
