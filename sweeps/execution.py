@@ -84,10 +84,13 @@ def _run_trial(
         "wall_s": time.perf_counter() - t0,
     }
     log.info(
-        "%s trial %d (%s): %s%s in %.0f s",
+        "%s trial %d (%s, %s): %s%s in %.0f s",
         study_name,
         out["number"],
         out["algorithm"],
+        ", ".join(
+            f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in out["params"].items()
+        ),
         out["state"],
         "" if out["value"] is None else f" {out['value']:.4f}",
         out["wall_s"],

@@ -33,6 +33,8 @@ from sweeps.spec_check import trial_overrides
 from sweeps.storage import ATTR_ADMISSIBLE, ATTR_ERROR
 from sweeps.tracking import TAG_STUDY, TAG_TRIAL
 
+log = logging.getLogger(__name__)
+
 __all__ = [
     "Objective",
     "TrialContext",
@@ -92,6 +94,9 @@ class Objective:
             sampled = [p.override(alg, p.suggest(trial, alg)) for p in spec.params_for(alg)]
             trial.set_user_attr("algorithm", alg)
             trial.set_user_attr("overrides", sampled)
+            # Trial numbers follow the order trials start (a resumed sweep reruns a killed one
+            # under a new number), so the log names each trial's point, not only its number.
+            log.info("%s trial %d (%s) starts: %s", self.study_name, trial.number, alg, sampled)
             cfg = compose_config(trial_overrides(spec, alg, sampled, self.ctx.fixed))
             evals: dict[int, list[tuple[float, float]]] = {}
 

@@ -239,15 +239,11 @@ def _algorithm(
 ) -> tuple[Algorithm, TrainerConfig]:
     """``algorithm.<name>``: its keys, its hyper-parameters, its learning rates and critic
     settings against the critic it trains; then its trainer config."""
+    check_keys(f"algorithm.{name}", node, ("actor_lr", "critic_lr", "critic", "params"))
     params = dict(node.pop("params", {}) or {})
     actor_lr = node.pop("actor_lr", None)
     critic_lr = node.pop("critic_lr", None)
     critic = dict(node.pop("critic", {}) or {})
-    if node:
-        raise ConfigError(
-            f"algorithm.{name}.{sorted(node)[0]}: unknown key; "
-            "allowed: actor_lr, critic_lr, critic, params"
-        )
     check_keys(f"algorithm.{name}.critic", critic, CRITIC_KEYS)
     try:
         alg = get_algorithm(name, **params)

@@ -48,6 +48,10 @@ CASES = [
         ["algorithm.sppo.critic.lr", "unknown key", "'warmup_steps'", "'head_init'"],
     ),
     (
+        ["algorithm=[sppo]", "+algorithm.sppo.lr=1"],
+        ["algorithm.sppo.lr: unknown key; allowed: ['actor_lr', 'critic_lr', 'critic', 'params']"],
+    ),
+    (
         ["algorithm=[grpo]", "+algorithm.grpo.critic.epochs=2"],
         ["algorithm.grpo.critic=", "trains no critic"],
     ),

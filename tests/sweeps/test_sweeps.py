@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 from pathlib import Path
 
 import optuna
@@ -247,20 +248,24 @@ def test_resume_ends_with_exactly_the_requested_trials(tmp_path, base, monkeypat
 
 
 @pytest.mark.slow  # a sweep resumed on a wider grid: ~30 s
-def test_resume_runs_only_the_points_a_spec_adds_to_its_grid(tmp_path, base):
+def test_resume_runs_only_the_points_a_spec_adds_to_its_grid(tmp_path, base, caplog):
     """A queued grid extended downward in the spec (its range widened, one more point, one more
     trial) and resumed runs the new point alone: the two old points are neither queued again nor
     rerun. Optuna's importances then have no parameter with one range in every trial, and the
-    summary says so rather than printing nothing."""
+    summary says so rather than printing nothing. The log names the trial's point where it
+    starts and ends: a trial number alone follows the order trials ran, not the grid's."""
     grid = [{"algorithm.sppo.actor_lr": 1e-4}, {"algorithm.sppo.actor_lr": 2e-4}]
     stores = _stores(tmp_path)
     run_sweep(parse_spec(_spec(base, trials=2, enqueue=grid), name="grid"), **stores)
     wider = [*grid, {"algorithm.sppo.actor_lr": 1e-5}]
     space = {"algorithm.{alg}.actor_lr": {**LR, "low": 1e-5}}
     spec = parse_spec(_spec(base, trials=3, enqueue=wider, search_space=space), name="grid")
-    result = run_sweep(spec, resume=True, **stores)
+    with caplog.at_level(logging.INFO):
+        result = run_sweep(spec, resume=True, **stores)
 
     assert result.trials_run == 1
+    assert "grid trial 2 (sppo) starts: ['algorithm.sppo.actor_lr=1e-05']" in caplog.text
+    assert "grid trial 2 (sppo, algorithm.sppo.actor_lr=1e-05): COMPLETE" in caplog.text
     trials = optuna.load_study(study_name="grid", storage=stores["storage"]).trials
     assert [t.state.name for t in trials] == ["COMPLETE"] * 3
     assert [t.params["algorithm.sppo.actor_lr"] for t in trials] == [1e-4, 2e-4, 1e-5]
