@@ -184,7 +184,9 @@ def studentized_interval(
 ) -> Interval:
     """Each row's mean over its starts with the studentized (bootstrap-t) interval: the
     quantiles of (resampled mean - mean) / resampled standard error, each row resampling its
-    own starts. Per-start accuracies near the ceiling or over skewed starts are skewed, where
+    own starts. Rows over as many starts share one draw of start indices (over complete rows,
+    the starts resampled jointly, as the IQM's bootstrap does), so two rows with the same
+    values get the same interval. Per-start accuracies near the ceiling or over skewed starts are skewed, where
     Student's t and the percentile bootstrap both fall short of their level over 10 starts; the
     studentized bootstrap corrects for the skew to second order (coverage:
     :mod:`analysis.board_coverage`). A row over fewer than ``min_starts`` starts gets Student's
@@ -194,12 +196,15 @@ def studentized_interval(
     probability S^(1-S)) are left out."""
     mean, lo, hi = t_interval(values, level)
     tail = (1 - level) / 2
+    draws: dict[int, np.ndarray] = {}
     for j in range(values.shape[0]):
         v = values[j][~np.isnan(values[j])]
         if v.size < max(min_starts, 2):
             continue
         se = v.std(ddof=1) / np.sqrt(v.size)
-        boot = v[rng.integers(0, v.size, size=(reps, v.size))]
+        if v.size not in draws:
+            draws[v.size] = rng.integers(0, v.size, size=(reps, v.size))
+        boot = v[draws[v.size]]
         boot_se = boot.std(axis=1, ddof=1) / np.sqrt(v.size)
         spread = boot_se > 0
         t = (boot.mean(axis=1)[spread] - mean[j]) / boot_se[spread]

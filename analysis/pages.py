@@ -229,6 +229,7 @@ def render_suite(folder: Path, conf: Path = SUITE_CONF) -> SuitePage:
             seed=0,
             x_axes=[],
             fit_reps=0,
+            declared_starts=declared_count(rs.suite, conf),
         )
         text = report.read_text().splitlines()
         claims = _claims(text)
@@ -376,6 +377,18 @@ def declared_starts(suite: str, conf: Path = SUITE_CONF) -> list[int]:
 
     node = yaml.safe_load((conf / f"{suite}.yaml").read_text())
     return [int(node["seed"]) + i for i in range(int(node["seeds"]))]
+
+
+def declared_count(suite: str | None, conf: Path = SUITE_CONF) -> int | None:
+    """How many starts a suite's YAML declares (its ``seeds``), or None where it declares none or
+    has no YAML here: what a claim's verdict waits for (an interim read draws none)."""
+    import yaml
+
+    path = conf / f"{suite}.yaml"
+    if not suite or not path.is_file():
+        return None
+    node = yaml.safe_load(path.read_text()) or {}
+    return int(node["seeds"]) if "seeds" in node else None
 
 
 def render_leaderboard_page(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -160,6 +160,7 @@ class _Report:
     uri: str | None
     claims: list[Claim] | None
     items: pd.DataFrame
+    declared_starts: int | None = None
 
     @property
     def has_points(self) -> bool:
@@ -182,6 +183,7 @@ def write_report(
     calibration: pd.DataFrame | None = None,
     claims: list[Claim] | None | object = _FROM_STORE,
     items: pd.DataFrame | None = None,
+    declared_starts: int | None = None,
 ) -> Path:
     """Write figures (PNG, PDF), tables (CSV, Markdown, LaTeX) and ``report.md`` into out_dir.
 
@@ -204,6 +206,8 @@ def write_report(
         claims: the declared claims (:func:`analysis.claims.spec.parse_claims`); default: those the
             runs logged (their ``claims`` param); None: none declared (no verdicts).
         items: the item table (:func:`analysis.load_items`) instead of reading it from the store.
+        declared_starts: the starts the suite declared before its first shard; a claim read over
+            fewer is interim, with no verdict (:func:`analysis.claims.table.claims_table`).
 
     Figures, each when its data is present: accuracy versus every compute axis (one panel per
     benchmark), training dynamics (success rate, entropy, critic explained variance versus
@@ -219,6 +223,7 @@ def write_report(
     r = _prepare(
         df, metric, x_axes, fit_x, reference, reps, fit_reps, seed, tracking_uri, claims, items
     )
+    r = replace(r, declared_starts=declared_starts)
     _header_section(w, r, title)
     _evaluation_sections(w, r)
     _dynamics_section(w, df, reps, seed)
@@ -289,7 +294,7 @@ def _evaluation_sections(w: _Writer, r: _Report) -> None:
     if not r.has_points:
         w.section("Accuracy", f"No `eval/*/{r.metric}` points were logged: nothing to plot.")
         return
-    _claims_section(w, r.claims, r.items, r.df, r.seed)
+    _claims_section(w, r.claims, r.items, r.df, r.seed, r.declared_starts)
     w.lines += [
         "Everything after the claims is exploratory: comparisons not declared before the "
         "run, with no multiplicity control.",
@@ -574,6 +579,7 @@ def _claims_section(
     items: pd.DataFrame,
     df: pd.DataFrame,
     seed: int,
+    declared_starts: int | None = None,
 ) -> None:
     """The report's opening: the declared claims' gates, estimates and verdicts."""
     if claims is None:
@@ -586,7 +592,15 @@ def _claims_section(
     if not claims:
         w.section("Claims", "The config declares no claims (`claims: []`): nothing is tested.")
         return
-    table = claims_table(claims, items, df, seed=seed)
+    table = claims_table(claims, items, df, seed=seed, declared_starts=declared_starts)
+    interim = (
+        f" The suite declared {declared_starts} starts before its first shard: a claim read "
+        "over fewer is interim, with its estimate and intervals but no verdict, and stays out "
+        "of Holm's step-down (p = 1), so reading a campaign shard by shard spends none of its "
+        "error rate."
+        if declared_starts is not None
+        else ""
+    )
     w.section(
         "Claims",
         "The claims declared in the suite's config before it ran, and only those. Each is "
@@ -602,7 +616,7 @@ def _claims_section(
         "equivalent when it lies inside ±margin; anything else is not resolved at this power. "
         "A claim whose gates fail is untestable on this testbed, not a verdict. With one warm "
         "start shared by every seed the intervals are conditional on that start and no verdict "
-        "is drawn.",
+        "is drawn." + interim,
         "",
         *describe_claims(table),
     )

@@ -321,6 +321,7 @@ def _cmd_report(argv: list[str]) -> int:
 def _report_from_results(dirs: list[str], out: str | None) -> int:
     """The whole report from results sets: no store is read."""
     from analysis import write_report
+    from analysis.pages import declared_count
     from analysis.results import ResultsError, read_results
 
     try:
@@ -336,6 +337,7 @@ def _report_from_results(dirs: list[str], out: str | None) -> int:
         items=rs.items,
         calibration=rs.calibration,
         claims=rs.claims(),
+        declared_starts=declared_count(rs.suite),
     )
     log.info("report of %d starts from %d results sets written to %s", len(rs.starts),
              len(rs.manifests), path)  # fmt: skip

@@ -34,6 +34,7 @@ __all__ = [
     "CLAIM_COLUMNS",
     "NOT_REJECTABLE",
     "NOT_TESTED",
+    "INTERIM",
     "NO_VERDICT",
     "claims_table",
     "describe_claims",
@@ -97,6 +98,8 @@ _ESTIMATORS = {
 }
 NOT_TESTED = "not tested"
 NO_VERDICT = "no verdict: conditional on one start"
+#: A claim read before every start its suite declares is in (a campaign shard by shard).
+INTERIM = "interim: no verdict before every declared start is in"
 #: How an untested member of a family (gates fail, no estimate) is shown in Holm's column.
 NOT_REJECTABLE = "p = 1, not rejectable"
 
@@ -126,6 +129,7 @@ def claims_table(
     *,
     alpha: float = 0.05,
     seed: int = 0,
+    declared_starts: int | None = None,
 ) -> pd.DataFrame:
     """One row per declared claim: its gates, estimate, nominal and Holm-adjusted intervals and
     verdict (:mod:`analysis.claims.protocol`), columns :data:`CLAIM_COLUMNS`.
@@ -144,6 +148,13 @@ def claims_table(
     :data:`NO_VERDICT`. An area claim carries the compute ratio of the same pair as a
     description (``ratio``: the geometric mean over starts, a lower bound when
     ``ratio_censored`` starts never reached the target; not tested).
+
+    ``declared_starts``: the starts the suite declared before its first shard. A claim estimated
+    over fewer is :data:`INTERIM`, whatever its interval and gates say: reading a verdict at every
+    shard and keeping the first that resolves would spend more than its error rate, and a gate on
+    a lower bound over starts fails on few starts by construction. Its intervals are shown at
+    alpha over its family's size (the strictest level it could be read at), and it counts as
+    p = 1 in its family, so an interim member lends no level to the others.
     """
     rows: list[dict] = []
     estimates: list[ClaimEstimate | None] = []
@@ -199,7 +210,14 @@ def claims_table(
                     row.update(_ratio_beside(items, c, used, seed))
                 row["sensitivity"] = _without_saturated(c, items, seed)
                 row["verdict"] = untestable(gates)
-                if row["verdict"] is not None:
+                if declared_starts is not None and 1 < est.n_starts < declared_starts:
+                    level = alpha / c.family.size
+                    row["lo_adj"], row["hi_adj"] = est.interval(level)
+                    row["mde"], row["mde_alpha"] = est.mde_at(level), level
+                    row["verdict"] = INTERIM
+                    row["note"] = f"{est.n_starts} of {declared_starts} declared starts"
+                    est = None  # p = 1 in its family
+                elif row["verdict"] is not None:
                     row["mde_alpha"] = alpha / c.family.size
                     row["mde"] = est.mde_at(row["mde_alpha"])
                     est = None  # untestable: no verdict, p = 1 in its family
@@ -212,6 +230,8 @@ def claims_table(
             rows[i].update(alpha_adj=h.alpha_adj, p_adj=h.p_adj)
             est = estimates[i]
             if est is None:
+                if rows[i]["verdict"] == INTERIM:
+                    rows[i]["alpha_adj"] = rows[i]["mde_alpha"]
                 continue
             c = claims[i]
             rows[i]["lo_adj"], rows[i]["hi_adj"] = est.interval(h.alpha_adj)
@@ -319,7 +339,9 @@ def format_claims_table(table: pd.DataFrame) -> pd.DataFrame:
         if nominal != "–":
             nominal += f" ({r['level']:.0%}" + (", conditional on one start)" if cond else ")")
         adjusted = _span(r["lo_adj"], r["hi_adj"], ratio)
-        if adjusted != "–":
+        if adjusted != "–" and r["verdict"] == INTERIM:
+            adjusted += f" (α = {r['alpha_adj']:.4g}, the family's strictest; interim)"
+        elif adjusted != "–":
             adjusted += f" (α = {r['alpha_adj']:.4g}" + (", conditional)" if cond else ")")
         elif _untested(r):
             adjusted = NOT_REJECTABLE
@@ -390,8 +412,13 @@ def describe_claims(table: pd.DataFrame) -> list[str]:
             f"{int(r['n_seeds'])} seed{'s' if r['n_seeds'] != 1 else ''}"
         )
         tested = np.isfinite(r["alpha_adj"]) and np.isfinite(r["lo_adj"])
+        interim = r["verdict"] == INTERIM
         adjusted = (
-            f"Holm-adjusted (α = {r['alpha_adj']:.4g} in family {r['family']} of "
+            f"at the strictest level of family {r['family']} of {int(r['family_size'])} "
+            f"(α = {r['alpha_adj']:.4g}; not in Holm's step-down before every declared start "
+            f"is in): {_span(r['lo_adj'], r['hi_adj'], ratio)}"
+            if interim
+            else f"Holm-adjusted (α = {r['alpha_adj']:.4g} in family {r['family']} of "
             f"{int(r['family_size'])}): {_span(r['lo_adj'], r['hi_adj'], ratio)}"
             if tested
             else f"in family {r['family']}'s tests: {NOT_REJECTABLE}"
@@ -417,8 +444,9 @@ def describe_claims(table: pd.DataFrame) -> list[str]:
             )
         sens = r.get("sensitivity")
         sensitivity = f" *{sens[0].upper()}{sens[1:]}.*" if isinstance(sens, str) and sens else ""
+        verdict = f"**{r['verdict']}**" + (f" ({r['note']})" if interim else "")
         lines.append(
-            f"- {head}: {effect}; {interval}; {adjusted}: **{r['verdict']}**; {mde}. "
+            f"- {head}: {effect}; {interval}; {adjusted}: {verdict}; {mde}. "
             f"Gates: {r['gates'] or 'none declared'}.{described}{sensitivity}"
         )
     return lines

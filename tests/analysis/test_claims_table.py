@@ -13,6 +13,7 @@ from analysis.claims.protocol import area_difference, horizon_slope
 from analysis.claims.spec import parse_claims
 from analysis.claims.table import (
     CLAIM_COLUMNS,
+    INTERIM,
     NOT_REJECTABLE,
     claims_table,
     describe_claims,
@@ -77,6 +78,37 @@ def test_an_untestable_claim_declared_first_ranks_after_the_tested_one():
     assert shown.loc[0, "Holm-adjusted"] == NOT_REJECTABLE == "p = 1, not rejectable"
     assert shown.loc[1, "Holm-adjusted"].endswith("(α = 0.0125)")
     assert f"in family headline's tests: {NOT_REJECTABLE}" in describe_claims(table)[0]
+
+
+def test_a_claim_read_before_every_declared_start_is_in_is_interim():
+    """Over 5 starts of 8 declared: no verdict, even where a gate fails; the interval is shown at
+    the family's strictest level and the claim counts as p = 1. At 5 of 5 the verdicts are the
+    ones drawn without the count."""
+    items = _items()
+    claims = _claims(horizon_gates={"start_max": 0.0})
+    table = claims_table(claims, items, declared_starts=8)
+    assert list(table["verdict"]) == [INTERIM, INTERIM]
+    assert list(table["note"]) == ["5 of 8 declared starts"] * 2
+    assert (table["p_adj"] == 1.0).all()
+    est = area_difference(items, "sppo", "grpo")
+    assert table.loc[1, "alpha_adj"] == table.loc[1, "mde_alpha"] == pytest.approx(0.05 / 4)
+    lo, hi = est.interval(0.05 / 4)
+    assert (table.loc[1, "lo_adj"], table.loc[1, "hi_adj"]) == (
+        pytest.approx(lo),
+        pytest.approx(hi),
+    )
+    assert "FAIL" in table.loc[0, "gates"]
+    line = describe_claims(table)[1]
+    assert f"**{INTERIM}** (5 of 8 declared starts)" in line
+    assert "not in Holm's step-down before every declared start is in" in line
+    assert (
+        format_claims_table(table)
+        .loc[1, "Holm-adjusted"]
+        .endswith("(α = 0.0125, the family's strictest; interim)")
+    )
+    complete = claims_table(claims, items, declared_starts=5)
+    assert list(complete["verdict"]) == list(claims_table(claims, items)["verdict"])
+    assert not complete["verdict"].eq(INTERIM).any()
 
 
 def _row(**values) -> dict:

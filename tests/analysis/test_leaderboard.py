@@ -109,6 +109,10 @@ def test_rows_that_repeat_another_at_every_start_say_so() -> None:
     points, starts = _points(finals)
     table = leaderboard_table(points, starts, "arith", reps=50).set_index("algorithm")
     assert table.loc["gmpo", "note"] == "same final and area as gspo at every start"
+    # bootstrap-t from 8 starts: the two rows resample the same starts, so their intervals agree
+    eight = np.array([[0.2, 0.3, 0.5, 0.4, 0.6, 0.1, 0.35, 0.45]] * 2 + [[0.3] * 7 + [0.4]])
+    mean, lo, hi = studentized_interval(eight, reps=400, rng=np.random.default_rng(3))
+    assert (lo[0], hi[0]) == (lo[1], hi[1]) and lo[0] < mean[0] < hi[0]
     assert table.loc["gspo", "note"] == "same final and area as gmpo at every start"
     assert table.loc["rloo", "note"] == ""
     assert table.loc["spo", "note"] == CONTROLS["spo"]
