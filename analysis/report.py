@@ -193,21 +193,18 @@ def write_report(
         title: heading of report.md.
         metric: eval metric leaf to report (``accuracy``; ``avg@16`` for the paper's Table 1).
         x_axes: compute axes to plot; default every ``compute/*`` axis the runs logged.
-        fit_x: axis of the saturating-fit table (with bootstrap intervals); default FLOPs when
-            logged, else the first plotted axis.
+        fit_x: axis of the saturating fit's table; default FLOPs when logged, else the first axis.
         reference: the algorithm ratios and improvement probabilities are relative to.
         reps: bootstrap replicates of the accuracy, IQM and improvement intervals.
         fit_reps: bootstrap replicates of the fit intervals (each one is a refit).
         seed: seeds every bootstrap.
-        tracking_uri: store to read the runs' calibration tables from; default
-            ``df.attrs["tracking_uri"]`` (set by :func:`analysis.load_runs`).
+        tracking_uri: store of the runs' calibration tables; default ``df.attrs["tracking_uri"]``.
         calibration: the calibration tables (:func:`analysis.load_calibration`) instead of
             reading them from the store.
         claims: the declared claims (:func:`analysis.claims.spec.parse_claims`); default: those the
             runs logged (their ``claims`` param); None: none declared (no verdicts).
         items: the item table (:func:`analysis.load_items`) instead of reading it from the store.
-        declared_starts: the starts the suite declared before its first shard; a claim read over
-            fewer is interim, with no verdict (:func:`analysis.claims.table.claims_table`).
+        declared_starts: the starts the suite declared; over fewer a claim is interim, no verdict.
 
     Figures, each when its data is present: accuracy versus every compute axis (one panel per
     benchmark), training dynamics (success rate, entropy, critic explained variance versus
@@ -220,10 +217,10 @@ def write_report(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     w = _Writer(out)
-    r = _prepare(
-        df, metric, x_axes, fit_x, reference, reps, fit_reps, seed, tracking_uri, claims, items
-    )
-    r = replace(r, declared_starts=declared_starts)
+    r = replace(
+        _prepare(df, metric, x_axes, fit_x, reference, reps, fit_reps, seed, tracking_uri, claims, items),
+        declared_starts=declared_starts,
+    )  # fmt: skip
     _header_section(w, r, title)
     _evaluation_sections(w, r)
     _dynamics_section(w, df, reps, seed)
@@ -573,6 +570,31 @@ def _declared_claims(run_ids: pd.Series, uri: str | None) -> list[Claim] | None:
         return None
 
 
+#: How the claims section reads its verdicts, printed at its head.
+CLAIMS_RULES = (
+    "The claims declared in the suite's config before it ran, and only those. Each is "
+    "estimated with its starts as the unit of replication (the starts, then the RL seeds "
+    "within a start, then the eval items, docs/statistics.md); the interval's level is the "
+    "coverage it reaches in the simulation of this design. Holm's adjustment runs over each "
+    "declared family (claims × tasks; members not in this store, and untestable ones, count "
+    "as p = 1, not rejectable, and rank after the tested ones): a verdict reads the "
+    "Holm-adjusted interval, and the smallest detectable effect is the one at that level. "
+    'A claim "a >= b" is non-inferiority with the margin it declared before the run, in '
+    "the estimand's units: superior when the interval lies above 0, non-inferior when it "
+    'lies above −margin, does not hold when it lies below −margin; "a ~= b" is '
+    "equivalent when it lies inside ±margin; anything else is not resolved at this power. "
+    "A claim whose gates fail is untestable on this testbed, not a verdict. With one warm "
+    "start shared by every seed the intervals are conditional on that start and no verdict "
+    "is drawn."
+)
+#: Added where the suite declared its starts (a campaign read between shards).
+INTERIM_RULE = (
+    " The suite declared {n} starts before its first shard: a claim read over fewer is interim, "
+    "with its estimate and intervals but no verdict, and stays out of Holm's step-down (p = 1), "
+    "so reading a campaign shard by shard spends none of its error rate."
+)
+
+
 def _claims_section(
     w: _Writer,
     claims: list[Claim] | None,
@@ -593,33 +615,8 @@ def _claims_section(
         w.section("Claims", "The config declares no claims (`claims: []`): nothing is tested.")
         return
     table = claims_table(claims, items, df, seed=seed, declared_starts=declared_starts)
-    interim = (
-        f" The suite declared {declared_starts} starts before its first shard: a claim read "
-        "over fewer is interim, with its estimate and intervals but no verdict, and stays out "
-        "of Holm's step-down (p = 1), so reading a campaign shard by shard spends none of its "
-        "error rate."
-        if declared_starts is not None
-        else ""
-    )
-    w.section(
-        "Claims",
-        "The claims declared in the suite's config before it ran, and only those. Each is "
-        "estimated with its starts as the unit of replication (the starts, then the RL seeds "
-        "within a start, then the eval items, docs/statistics.md); the interval's level is the "
-        "coverage it reaches in the simulation of this design. Holm's adjustment runs over each "
-        "declared family (claims × tasks; members not in this store, and untestable ones, count "
-        "as p = 1, not rejectable, and rank after the tested ones): a verdict reads the "
-        "Holm-adjusted interval, and the smallest detectable effect is the one at that level. "
-        'A claim "a >= b" is non-inferiority with the margin it declared before the run, in '
-        "the estimand's units: superior when the interval lies above 0, non-inferior when it "
-        'lies above −margin, does not hold when it lies below −margin; "a ~= b" is '
-        "equivalent when it lies inside ±margin; anything else is not resolved at this power. "
-        "A claim whose gates fail is untestable on this testbed, not a verdict. With one warm "
-        "start shared by every seed the intervals are conditional on that start and no verdict "
-        "is drawn." + interim,
-        "",
-        *describe_claims(table),
-    )
+    interim = "" if declared_starts is None else INTERIM_RULE.format(n=declared_starts)
+    w.section("Claims", CLAIMS_RULES + interim, "", *describe_claims(table))
     w.table("claims", "Declared claims: the verdict table", table, format_claims_table(table))
     critics = per_start_finals(claims, items, df)
     if not critics.empty:
