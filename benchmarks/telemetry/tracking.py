@@ -118,6 +118,27 @@ def _artifact_root(uri: str) -> str | None:
     return None
 
 
+@contextmanager
+def _first_migration_lock(uri: str) -> Iterator[None]:
+    """Hold an exclusive lock on a SQLite store's directory while the store is first opened.
+
+    Two processes that open a new SQLite store at once (two shards started together) both run
+    MLflow's first migration, and one of them fails with ``table _alembic_tmp_experiments already
+    exists``. The lock serialises that first open across processes; on the directory, so it
+    leaves no file behind. Other stores (servers) migrate on their own side: no lock."""
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    import fcntl
+
+    fd = os.open(Path(uri[len("sqlite:///") :]).parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
 def prepare_store(uri: str, experiment: str) -> str:
     """Create the store and the experiment once, before any run or worker starts (SQLite races
     on its first migration), and fail early if the store cannot be written. Returns its id.
@@ -133,7 +154,8 @@ def prepare_store(uri: str, experiment: str) -> str:
         if not os.access(db.parent, os.W_OK):
             raise PermissionError(f"tracking.uri={uri}: directory {db.parent} is not writable")
     mlflow.set_tracking_uri(uri)
-    client = MlflowClient(uri)
+    with _first_migration_lock(uri):
+        client = MlflowClient(uri)  # opening the store creates its tables
     exp = retry_locked(lambda: client.get_experiment_by_name(experiment), "get experiment")
     if exp is None:
         try:

@@ -148,3 +148,52 @@ def test_retry_locked_outlasts_a_lock_beyond_the_busy_timeout(tmp_path, caplog):
         assert c.execute("SELECT COUNT(*) FROM t").fetchone() == (1,)
     with pytest.raises(ValueError, match="not a lock"):  # other errors: no retry
         retry_locked(lambda: (_ for _ in ()).throw(ValueError("not a lock")), "other")
+
+
+# One process opening a new store: waits until every process is ready, then prepares the store.
+OPENER = r"""
+import sys, time
+from pathlib import Path
+from benchmarks.telemetry.tracking import prepare_store
+
+uri, ready, go = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+ready.touch()
+while not go.exists():
+    time.sleep(0.005)
+print(prepare_store(uri, "together"))
+"""
+
+
+def test_processes_that_open_a_new_store_together_all_start(tmp_path):
+    """Two shards started at once against a new SQLite store both ran MLflow's first migration,
+    and one failed (``table _alembic_tmp_experiments already exists``; before the lock, 3 of 3
+    such rounds failed here). Three stores, three processes each, released at one instant."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    go = tmp_path / "go"
+    procs, ready = [], []
+    for s in range(3):
+        (tmp_path / f"store{s}").mkdir()
+        uri = f"sqlite:///{tmp_path / f'store{s}' / 'mlflow.db'}"
+        for w in range(3):
+            ready.append(tmp_path / f"ready{s}{w}")
+            procs.append(
+                (
+                    s,
+                    subprocess.Popen(
+                        [sys.executable, "-c", OPENER, uri, str(ready[-1]), str(go)],
+                        cwd=REPO,
+                        env=env,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT,
+                        text=True,
+                    ),
+                )  # fmt: skip
+            )
+    deadline = time.monotonic() + 240
+    while not all(r.exists() for r in ready) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    go.touch()
+    outs = [(s, p.communicate(timeout=240)[0], p.returncode) for s, p in procs]
+    assert [rc for _, _, rc in outs] == [0] * 9, "\n".join(o[-1500:] for _, o, _ in outs)
+    for s in range(3):  # one experiment per store, the same id for its three openers
+        assert len({o.strip().splitlines()[-1] for t, o, _ in outs if t == s}) == 1
