@@ -370,25 +370,31 @@ def render_page(
     return "\n".join(header) + "\n" + "\n".join(body)
 
 
-def declared_starts(suite: str, conf: Path = SUITE_CONF) -> list[int]:
-    """The start seeds a campaign suite's YAML declares (``seed`` onwards, ``seeds`` of them;
-    each campaign suite sets both itself)."""
-    import yaml
-
-    node = yaml.safe_load((conf / f"{suite}.yaml").read_text())
-    return [int(node["seed"]) + i for i in range(int(node["seeds"]))]
-
-
-def declared_count(suite: str | None, conf: Path = SUITE_CONF) -> int | None:
-    """How many starts a suite's YAML declares (its ``seeds``), or None where it declares none or
-    has no YAML here: what a claim's verdict waits for (an interim read draws none)."""
+def _suite_node(suite: str | None, conf: Path) -> dict:
+    """``<conf>/<suite>.yaml`` as written ({} where there is none here): read, not composed,
+    because a page states what the suite declared before it ran, which is the file."""
     import yaml
 
     path = conf / f"{suite}.yaml"
     if not suite or not path.is_file():
-        return None
-    node = yaml.safe_load(path.read_text()) or {}
-    return int(node["seeds"]) if "seeds" in node else None
+        return {}
+    return yaml.safe_load(path.read_text()) or {}
+
+
+def declared_starts(suite: str | None, conf: Path = SUITE_CONF) -> list[int]:
+    """The start seeds a suite's YAML declares: ``seed`` (the root config's where the suite
+    leaves it) onwards, ``seeds`` of them; [] where it declares no ``seeds``."""
+    node = _suite_node(suite, conf)
+    if "seeds" not in node:
+        return []
+    first = node.get("seed", _suite_node("config", conf.parent).get("seed", 0))
+    return [int(first) + i for i in range(int(node["seeds"]))]
+
+
+def declared_count(suite: str | None, conf: Path = SUITE_CONF) -> int | None:
+    """How many starts a suite's YAML declares, or None where it declares none or has no YAML
+    here: what a claim's verdict waits for (an interim read draws none)."""
+    return len(declared_starts(suite, conf)) or None
 
 
 def render_leaderboard_page(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.pages import generate, main, suite_description
+from analysis.pages import declared_count, declared_starts, generate, main, suite_description
 from testkit.paths import REPO
 
 RESULTS = REPO / "results"
@@ -136,6 +136,22 @@ def test_suite_description_is_the_yaml_leading_comment(tmp_path: Path) -> None:
     assert suite_description("absent", tmp_path) == ""
     shipped = suite_description("default")
     assert shipped.startswith("The default CPU suite:") and "@package" not in shipped
+
+
+def test_declared_starts_read_the_suite_file_and_the_root_seed(tmp_path: Path) -> None:
+    """A claim's verdict waits for the starts the suite's file declares; a suite that leaves
+    ``seed`` to the root config starts where the root config's does."""
+    conf = tmp_path / "suite"
+    conf.mkdir()
+    (tmp_path / "config.yaml").write_text("seed: 7\nseeds: 3\n")
+    (conf / "own.yaml").write_text("# @package _global_\nseed: 10\nseeds: 4\n")
+    (conf / "inherits.yaml").write_text("# @package _global_\nseeds: 2\n")
+    (conf / "silent.yaml").write_text("# @package _global_\nsuite_name: silent\n")
+    assert declared_starts("own", conf) == [10, 11, 12, 13]
+    assert declared_starts("inherits", conf) == [7, 8]
+    assert (declared_count("own", conf), declared_count("inherits", conf)) == (4, 2)
+    assert declared_count("silent", conf) is None and declared_count("absent", conf) is None
+    assert declared_count("leaderboard_chain_sum_8192") == 10  # the shipped campaign suite
 
 
 def test_cli_refuses_a_missing_results_folder(tmp_path: Path) -> None:
