@@ -413,6 +413,8 @@ def _cmd_power(argv: list[str]) -> int:
     )
     p.add_argument("--out", default=None, help="also write the table as CSV here")
     a = p.parse_args(argv)
+    from hydra.errors import HydraException
+
     try:
         rs = read_results(a.results)
         if a.suite:
@@ -420,6 +422,9 @@ def _cmd_power(argv: list[str]) -> int:
             claims = parse_claims(OmegaConf.to_container(node, resolve=True))
         else:
             claims = rs.claims()
+    except HydraException as e:  # --suite names no suite: the message lists the ones there are
+        sys.stderr.write(f"sppo-bench power: --suite: {_config_error(e)}\n")
+        return 2
     except (ResultsError, ValueError) as e:
         sys.stderr.write(f"sppo-bench power: {e}\n")
         return 2

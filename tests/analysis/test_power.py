@@ -115,3 +115,15 @@ def test_power_command_refuses_a_missing_pilot(tmp_path, capsys) -> None:
 
     assert main(["power", "--results", str(tmp_path / "none")]) == 2
     assert "no such folder" in capsys.readouterr().err
+
+
+def test_power_command_names_the_suites_when_suite_is_unknown(capsys) -> None:
+    """An unknown --suite ends in exit 2 with the suites there are, not in Hydra's traceback."""
+    from benchmarks.cli import main
+    from testkit.paths import REPO
+
+    pilot = REPO / "results" / "claims_chain_sum"
+    assert main(["power", "--results", str(pilot), "--suite", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sppo-bench power: --suite: suite=nope: no such option")
+    assert "'leaderboard_chain_sum_8192'" in err and "Traceback" not in err
