@@ -407,9 +407,9 @@ def _cmd_power(argv: list[str]) -> int:
         help="read the claims from this suite's config as it is now (default: those the pilot's "
         "runs declared); for a campaign whose claims changed since its pilot",
     )
-    p.add_argument("--max-starts", type=int, default=40)
+    p.add_argument("--max-starts", type=_starts, default=40, help="the most starts searched")
     p.add_argument(
-        "--cap", type=int, default=10, help="starts a campaign can afford (margin_at_cap)"
+        "--cap", type=_starts, default=10, help="starts a campaign can afford (margin_at_cap)"
     )
     p.add_argument("--out", default=None, help="also write the table as CSV here")
     a = p.parse_args(argv)
@@ -446,6 +446,17 @@ def _cmd_power(argv: list[str]) -> int:
     if a.out:
         table.to_csv(a.out, index=False)
     return 0
+
+
+def _starts(text: str) -> int:
+    """A count of starts for `sppo-bench power`: an interval over starts needs two."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 2:
+        raise argparse.ArgumentTypeError(f"{text!r}: a whole number of starts >= 2")
+    return n
 
 
 def _cmd_import(argv: list[str]) -> int:

@@ -127,3 +127,17 @@ def test_power_command_names_the_suites_when_suite_is_unknown(capsys) -> None:
     err = capsys.readouterr().err
     assert err.startswith("sppo-bench power: --suite: suite=nope: no such option")
     assert "'leaderboard_chain_sum_8192'" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("option", [["--cap", "0"], ["--max-starts", "-1"], ["--cap", "ten"]])
+def test_power_command_refuses_fewer_than_two_starts(option, capsys) -> None:
+    """--cap 0 ended in a ZeroDivisionError and --max-starts -1 printed an empty search."""
+    from benchmarks.cli import main
+    from testkit.paths import REPO
+
+    with pytest.raises(SystemExit) as stop:
+        main(["power", "--results", str(REPO / "results" / "claims_chain_sum"), *option])
+    assert stop.value.code == 2
+    assert f"argument {option[0]}: '{option[1]}': a whole number of starts >= 2" in (
+        capsys.readouterr().err
+    )
