@@ -43,6 +43,15 @@ def _row(
     }
 
 
+def eval_splits(task_cfg: Any) -> list[str]:
+    """The eval files' names, one per eval dataset: what :func:`task_rows` writes besides
+    ``train``, known without loading a dataset (the launcher names the files before export)."""
+    cfg = dict(task_cfg)
+    if cfg["name"] == "arith":
+        return [cfg.get("eval_name") or "arith"]  # ArithTask.eval_name
+    return list(cfg.get("eval_datasets") or [cfg["name"]])
+
+
 def task_rows(task_cfg: Any) -> dict[str, list[dict[str, Any]]]:
     """Rows per file for the suite's task config: ``{"train": [...], "<eval dataset>": [...]}``.
 
@@ -78,7 +87,7 @@ def task_rows(task_cfg: Any) -> dict[str, list[dict[str, Any]]]:
         return out
     template = cfg.get("template", "plain")
     train_name = cfg.get("train_dataset") or name
-    evals = list(cfg.get("eval_datasets") or [name])
+    evals = eval_splits(cfg)
     data_dir = cfg.get("data_dir")
     for split, ds, limit in [
         ("train", train_name, cfg.get("train_size")),

@@ -27,6 +27,7 @@ from typing import TextIO
 
 from analysis import metrics as M
 from benchmarks.suite.plan import SuitePlan
+from benchmarks.verl_engine.export import eval_splits, export_task
 from benchmarks.verl_engine.translate import VerlPlan, translate, verl_engine
 
 __all__ = ["planned_files", "plans", "run_verl_suite"]
@@ -41,11 +42,7 @@ def _data_dir(plan: SuitePlan) -> Path:
 def planned_files(plan: SuitePlan) -> tuple[str, list[str]]:
     """Where :func:`benchmarks.verl_engine.export.export_task` writes the task's files."""
     d = _data_dir(plan)
-    name, task = plan.task_config.name, plan.task_config.node  # the task's own settings
-    if name == "arith":
-        evals = [task.get("eval_name") or "arith"]
-    else:
-        evals = list(task.get("eval_datasets") or [name])
+    evals = eval_splits(plan.task_config.node)  # the task's own settings
     return str(d / "train.parquet"), [str(d / f"{e}.parquet") for e in evals]
 
 
@@ -122,7 +119,6 @@ def run_verl_suite(plan: SuitePlan) -> int:
         git_commit,
         prepare_store,
     )
-    from benchmarks.verl_engine.export import export_task
     from benchmarks.verl_engine.metrics import map_verl_run
 
     if verl_engine(plan).dry_run:

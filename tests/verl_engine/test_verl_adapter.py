@@ -166,11 +166,12 @@ def exported(tmp_path_factory):
 
 @pytest.mark.parametrize("task", ["math", "arith"])
 def test_parquet_export_round_trips_every_field(exported, task):
-    from benchmarks.verl_engine.export import COLUMNS, read_rows, task_rows
+    from benchmarks.verl_engine.export import COLUMNS, eval_splits, read_rows, task_rows
 
     cfg, train, evals = exported[task]
     rows = task_rows(cfg)
     assert [p.stem for p in evals] == [k for k in rows if k != "train"]
+    assert [p.stem for p in evals] == eval_splits(cfg)  # the names the launcher plans
     for path, key in [(train, "train"), *((p, p.stem) for p in evals)]:
         back = read_rows(path)
         assert back == rows[key]  # every field, nested ones included
