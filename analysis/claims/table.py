@@ -214,6 +214,7 @@ def claims_table(
                     level = alpha / c.family.size
                     row["lo_adj"], row["hi_adj"] = est.interval(level)
                     row["mde"], row["mde_alpha"] = est.mde_at(level), level
+                    row["alpha_adj"] = level  # not Holm's: the member takes no part in it
                     row["verdict"] = INTERIM
                     row["note"] = f"{est.n_starts} of {declared_starts} declared starts"
                     est = None  # p = 1 in its family
@@ -227,11 +228,11 @@ def claims_table(
         members = [i for i, c in enumerate(claims) if c.family.name == family]
         p = [rows[i]["p_value"] if estimates[i] is not None else float("nan") for i in members]
         for i, h in zip(members, holm(p, alpha, claims[members[0]].family.size), strict=True):
-            rows[i].update(alpha_adj=h.alpha_adj, p_adj=h.p_adj)
+            rows[i]["p_adj"] = h.p_adj
+            if rows[i]["verdict"] != INTERIM:
+                rows[i]["alpha_adj"] = h.alpha_adj
             est = estimates[i]
             if est is None:
-                if rows[i]["verdict"] == INTERIM:
-                    rows[i]["alpha_adj"] = rows[i]["mde_alpha"]
                 continue
             c = claims[i]
             rows[i]["lo_adj"], rows[i]["hi_adj"] = est.interval(h.alpha_adj)
