@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -217,10 +217,8 @@ def write_report(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     w = _Writer(out)
-    r = replace(
-        _prepare(df, metric, x_axes, fit_x, reference, reps, fit_reps, seed, tracking_uri, claims, items),
-        declared_starts=declared_starts,
-    )  # fmt: skip
+    r = _prepare(df, metric, x_axes, fit_x, reference, reps, fit_reps, seed, tracking_uri,
+                 claims, items, declared_starts)  # fmt: skip
     _header_section(w, r, title)
     _evaluation_sections(w, r)
     _dynamics_section(w, df, reps, seed)
@@ -241,6 +239,7 @@ def _prepare(
     tracking_uri: str | None,
     claims: list[Claim] | None | object,
     items: pd.DataFrame | None,
+    declared_starts: int | None,
 ) -> _Report:
     """Defaults that depend on the data (the axes, the fit's axis, the store's claims and items)
     are settled once here, so that every section agrees on them."""
@@ -261,8 +260,9 @@ def _prepare(
     if items is None:
         items = _items(df, uri)
     return _Report(
-        df, points, metric, x_axes, fit_x, reference, reps, fit_reps, seed, uri, claims, items
-    )
+        df, points, metric, x_axes, fit_x, reference, reps, fit_reps, seed, uri, claims, items,
+        declared_starts,
+    )  # fmt: skip
 
 
 def _header_section(w: _Writer, r: _Report, title: str) -> None:
