@@ -87,7 +87,10 @@ def variance_components(per_start: np.ndarray, se: float) -> tuple[float, float,
     if e.size < 2:
         raise ValueError(f"a pilot needs at least 2 starts with an effect, has {e.size}")
     sigma = float(e.std(ddof=1))
-    v_items = max(float(se) ** 2 - sigma**2 / e.size, 0.0)
+    v_items = float(se) ** 2 - sigma**2 / e.size
+    # An se made of the starts alone leaves rounding here (6.8e-21 on the companion), not a
+    # variance: below float64's resolution of se**2 it is 0, as is anything negative.
+    v_items = v_items if v_items > 1e-9 * float(se) ** 2 else 0.0
     return float(e.mean()), sigma, v_items
 
 

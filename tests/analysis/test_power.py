@@ -29,6 +29,11 @@ def test_variance_components_split_the_pilot_se() -> None:
     assert v == pytest.approx(0.01)
     # An se below the starts' own part leaves no item variance (floored, not negative).
     assert variance_components(per_start, se=0.0)[2] == 0.0
+    # An se of the starts alone leaves no item variance, not float64's rounding of a difference.
+    ten = [-0.012, -0.003, -0.01, -0.014, 0.003, -0.006, 0.029, 0.0, 0.006, 0.019]  # 3.4e-21 left
+    for e in (per_start, np.array(ten)):
+        se = e.std(ddof=1) / np.sqrt(e.size)
+        assert variance_components(e, se=se)[2] == 0.0
     with pytest.raises(ValueError, match="at least 2 starts"):
         variance_components(np.array([0.3, np.nan]), se=0.1)
 
