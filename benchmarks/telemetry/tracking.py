@@ -119,19 +119,20 @@ def _artifact_root(uri: str) -> str | None:
 
 
 @contextmanager
-def _first_migration_lock(uri: str) -> Iterator[None]:
+def _first_migration_lock(folder: Path | None) -> Iterator[None]:
     """Hold an exclusive lock on a SQLite store's directory while the store is first opened.
 
     Two processes that open a new SQLite store at once (two shards started together) both run
     MLflow's first migration, and one of them fails with ``table _alembic_tmp_experiments already
     exists``. The lock serialises that first open across processes; on the directory, so it
-    leaves no file behind. Other stores (servers) migrate on their own side: no lock."""
-    if not uri.startswith("sqlite:///"):
+    leaves no file behind. ``folder`` None: not a SQLite store (a server migrates on its own
+    side), no lock."""
+    if folder is None:
         yield
         return
     import fcntl
 
-    fd = os.open(Path(uri[len("sqlite:///") :]).parent, os.O_RDONLY)
+    fd = os.open(folder, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -148,13 +149,14 @@ def prepare_store(uri: str, experiment: str) -> str:
     import mlflow
     from mlflow.tracking import MlflowClient
 
+    folder = None
     if uri.startswith("sqlite:///"):
-        db = Path(uri[len("sqlite:///") :])
-        db.parent.mkdir(parents=True, exist_ok=True)
-        if not os.access(db.parent, os.W_OK):
-            raise PermissionError(f"tracking.uri={uri}: directory {db.parent} is not writable")
+        folder = Path(uri[len("sqlite:///") :]).parent
+        folder.mkdir(parents=True, exist_ok=True)
+        if not os.access(folder, os.W_OK):
+            raise PermissionError(f"tracking.uri={uri}: directory {folder} is not writable")
     mlflow.set_tracking_uri(uri)
-    with _first_migration_lock(uri):
+    with _first_migration_lock(folder):
         client = MlflowClient(uri)  # opening the store creates its tables
     exp = retry_locked(lambda: client.get_experiment_by_name(experiment), "get experiment")
     if exp is None:

@@ -187,7 +187,7 @@ def test_processes_that_open_a_new_store_together_all_start(tmp_path):
                         stderr=subprocess.STDOUT,
                         text=True,
                     ),
-                )  # fmt: skip
+                )
             )
     deadline = time.monotonic() + 240
     while not all(r.exists() for r in ready) and time.monotonic() < deadline:
